@@ -84,6 +84,7 @@ def register_degrader(name: str) -> Callable[[Degrader], Degrader]:
 # A sentence ends at . ! ? followed by whitespace, or at a blank line / newline (headings,
 # list items and display math each stand on their own line in Markdown).
 _SENTENCE = re.compile(r"[^\n.!?]*(?:[.!?](?=\s|$)|\n|$)|[^\n]+?(?:\n|$)")
+_MARKER = re.compile(r"(?:\d{1,3}[.)]|[-*+])")
 _RELEVANT = re.compile(r"\d|\$|\\")
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w])")
 
@@ -91,9 +92,9 @@ _NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w])")
 def sentence_spans(text: str) -> list[tuple[int, int]]:
     """Character spans of the sentences of ``text`` (whitespace trimmed, empty ones dropped).
 
-    >>> t = "One. Two has $x$!\\n## Head\\nThree"
+    >>> t = "One. Two has $x$!\\n## Head\\n1. Three"
     >>> [t[a:b] for a, b in sentence_spans(t)]
-    ['One.', 'Two has $x$!', '## Head', 'Three']
+    ['One.', 'Two has $x$!', '## Head', '1. Three']
     """
     spans: list[tuple[int, int]] = []
     pos, n = 0, len(text)
@@ -106,6 +107,8 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
         while b > a and text[b - 1].isspace():
             b -= 1
         if b > a:
+            if spans and _MARKER.fullmatch(text, *spans[-1]):
+                a = spans.pop()[0]  # a list marker ("1.", "-") belongs to what follows
             spans.append((a, b))
         pos = end
     return spans

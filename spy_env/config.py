@@ -1,0 +1,159 @@
+"""``GameConfig``: every knob of a game in one validated dataclass."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from spy_env.degrade import DEGRADERS
+from spy_env.prompts import TASKS, validate_templates
+
+__all__ = ["GameConfig"]
+
+
+@dataclass(frozen=True)
+class GameConfig:
+    """Configuration of a Who-Is-the-Spy game (DESIGN §2, §3). Defaults are the paper's.
+
+    Bad values raise ``ValueError`` naming the field and the allowed range.
+    """
+
+    task: str = field(default="math", metadata={"help": f"Target task, one of {sorted(TASKS)}."})
+    n_players: int = field(default=5, metadata={"help": "Players per game, 3..10."})
+    rounds: int = field(
+        default=1,
+        metadata={"help": "Maximum rounds, 1..10. Rounds > 1 eliminate by plurality (ties: nobody)."},
+    )
+    degrade: str | None = field(
+        default=None, metadata={"help": "Degradation operator g; None = the task's default."}
+    )
+    mask_ratio: float | None = field(
+        default=None,
+        metadata={"help": "Share of the text g removes/changes, in (0, 1); None = task default."},
+    )
+    mask_placeholder: str = field(
+        default="[…]", metadata={"help": "Shown where mask_spans removed text; '' removes silently."}
+    )
+    relevant_spans_first: bool = field(
+        default=True, metadata={"help": "mask_spans masks sentences with numbers/LaTeX first."}
+    )
+    beta: float = field(default=1.0, metadata={"help": "β > 0: weight of the spy-vs-civilians gap."})
+    lam: float = field(default=1.0, metadata={"help": "λ > 0: weight of a civilian's own suspicion."})
+    weight_detect: float = field(default=1.0, metadata={"help": "Weight of r^D in the scalar reward."})
+    weight_perform: float = field(default=1.0, metadata={"help": "Weight of r^P in the scalar reward."})
+    weight_penalty: float = field(default=1.0, metadata={"help": "Weight of penalties in the scalar reward."})
+    penalty_no_answer: float = field(
+        default=-0.1, metadata={"help": "Performance without a \\boxed{} answer (tasks that need one), <= 0."}
+    )
+    penalty_copy: float = field(
+        default=-0.5, metadata={"help": "Performance copying >= copy_min_words source words verbatim, <= 0."}
+    )
+    penalty_overlength: float = field(
+        default=-0.1, metadata={"help": "Output longer than its limit (it is truncated), <= 0."}
+    )
+    penalty_invalid_vote: float = field(
+        default=-0.1, metadata={"help": "Missing, unparseable, out-of-range or illegal vote, <= 0."}
+    )
+    copy_min_words: int = field(
+        default=20, metadata={"help": "k of the anti-leak rule: a verbatim run of k source words, >= 5."}
+    )
+    max_performance_chars: int = field(
+        default=8_000, metadata={"help": "Performances are truncated (and flagged) past this, >= 100."}
+    )
+    max_vote_chars: int = field(
+        default=4_000, metadata={"help": "Vote replies are truncated (and flagged) past this, >= 100."}
+    )
+    max_document_chars: int = field(
+        default=12_000, metadata={"help": "Source documents are truncated to this many chars, >= 200."}
+    )
+    allow_self_vote: bool = field(
+        default=False, metadata={"help": "Whether a player may vote for itself (else: invalid vote)."}
+    )
+    train_spy_vote: bool = field(
+        default=False, metadata={"help": "Whether the spy's own vote is a training sample (buffer flag)."}
+    )
+    corpus: Any = field(
+        default="embedded",
+        metadata={"help": "'embedded', 'nemotron[:CONFIG]', 'hf:ID[:CONFIG]', a path, or a list of rows."},
+    )
+    max_documents: int | None = field(
+        default=None, metadata={"help": "Keep at most this many corpus documents (None: all)."}
+    )
+    prompts: Mapping[str, str] = field(
+        default_factory=dict, metadata={"help": "Template overrides: keys system, perform, vote."}
+    )
+
+    def __post_init__(self) -> None:
+        def bad(name: str, allowed: str) -> ValueError:
+            return ValueError(f"GameConfig.{name} must be {allowed}, got {getattr(self, name)!r}")
+
+        if self.task not in TASKS:
+            raise bad("task", f"one of {sorted(TASKS)}")
+        if not _is_int(self.n_players) or not 3 <= self.n_players <= 10:
+            raise bad("n_players", "an integer in 3..10")
+        if not _is_int(self.rounds) or not 1 <= self.rounds <= 10:
+            raise bad("rounds", "an integer in 1..10")
+        if self.degrade is not None and self.degrade not in DEGRADERS:
+            raise bad("degrade", f"None or one of {sorted(DEGRADERS)}")
+        if self.mask_ratio is not None and not (_is_real(self.mask_ratio) and 0 < self.mask_ratio < 1):
+            raise bad("mask_ratio", "None or a number in (0, 1)")
+        if not isinstance(self.mask_placeholder, str):
+            raise bad("mask_placeholder", "a string")
+        for name in ("beta", "lam"):
+            value = getattr(self, name)
+            if not (_is_real(value) and value > 0):
+                raise bad(name, "a finite number > 0")
+        for name in ("weight_detect", "weight_perform", "weight_penalty"):
+            if not _is_real(getattr(self, name)):
+                raise bad(name, "a finite number")
+        for name in ("penalty_no_answer", "penalty_copy", "penalty_overlength", "penalty_invalid_vote"):
+            value = getattr(self, name)
+            if not (_is_real(value) and value <= 0):
+                raise bad(name, "a finite number <= 0")
+        if not _is_int(self.copy_min_words) or self.copy_min_words < 5:
+            raise bad("copy_min_words", "an integer >= 5")
+        for name, low in (("max_performance_chars", 100), ("max_vote_chars", 100), ("max_document_chars", 200)):
+            value = getattr(self, name)
+            if not _is_int(value) or value < low:
+                raise bad(name, f"an integer >= {low}")
+        if self.max_documents is not None and (not _is_int(self.max_documents) or self.max_documents < 1):
+            raise bad("max_documents", "None or an integer >= 1")
+        if not isinstance(self.prompts, Mapping):
+            raise bad("prompts", "a mapping of template name to format string")
+        validate_templates(self.prompts)
+        if self.resolved_degrade == "neighbor" and isinstance(self.corpus, (list, tuple)) and len(self.corpus) < 2:
+            raise bad("corpus", "a corpus of at least 2 documents for degrade='neighbor'")
+
+    @property
+    def resolved_degrade(self) -> str:
+        return self.degrade or TASKS[self.task].default_degrade
+
+    @property
+    def resolved_ratio(self) -> float:
+        return self.mask_ratio if self.mask_ratio is not None else TASKS[self.task].default_ratio
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> GameConfig:
+        """Build from a mapping, rejecting unknown keys with the list of known ones."""
+        known = {f.name for f in fields(cls)}
+        unknown = set(values) - known
+        if unknown:
+            raise ValueError(f"GameConfig: unknown fields {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if not isinstance(self.corpus, str):
+            out["corpus"] = f"<{len(self.corpus)} rows>" if hasattr(self.corpus, "__len__") else "<rows>"
+        out["prompts"] = dict(self.prompts)
+        return out
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

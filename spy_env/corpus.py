@@ -1,0 +1,282 @@
+"""Source documents: the embedded corpus, Nemotron-CC-Math-v1, and local parquet/JSONL files.
+
+A corpus is a list of :class:`Document` rows in Nemotron-CC-Math-v1's schema (``id``,
+``text``, ``metadata``). Every source goes through :func:`documents_from_rows`, which applies
+the same filters (length bounds, dedup, truncation) and counts what it skipped and why.
+
+Sources accepted by :func:`load_corpus`:
+
+- ``"embedded"``: 80 original documents shipped with the package (17 topics).
+- ``"nemotron"`` / ``"nemotron:4plus"``: ``nvidia/Nemotron-CC-Math-v1`` streamed with
+  ``datasets`` (configs ``3``, ``4plus``, ``4plus_MIND``; gated, needs ``HF_TOKEN``).
+- ``"hf:ID[:CONFIG]"``: any hub data set with a ``text`` column, streamed.
+- a path to a ``.parquet``, ``.jsonl``/``.json`` file or a folder of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from spy_env.degrade import sentence_spans
+from spy_env.parsing import clean_text
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "NEMOTRON_CONFIGS",
+    "NEMOTRON_ID",
+    "CorpusFilter",
+    "CorpusStats",
+    "Document",
+    "documents_from_rows",
+    "load_corpus",
+    "load_embedded",
+    "load_hub",
+    "load_local",
+]
+
+NEMOTRON_ID = "nvidia/Nemotron-CC-Math-v1"
+NEMOTRON_CONFIGS = ("3", "4plus", "4plus_MIND")
+
+
+@dataclass(frozen=True)
+class Document:
+    """One source document x."""
+
+    id: str
+    text: str
+    metadata: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class CorpusFilter:
+    """Which rows become documents.
+
+    Lengths are measured in ``unit``: characters, whitespace words, or tokens of ``tokenizer``
+    (a callable ``str -> list``; e.g. ``AutoTokenizer.from_pretrained(...).encode``).
+    Documents longer than ``truncate`` units are cut at the last sentence end that fits.
+    """
+
+    min_length: int = 100
+    max_length: int | None = None
+    truncate: int | None = 12_000
+    unit: Literal["chars", "words", "tokens"] = "chars"
+    dedup: bool = True
+    tokenizer: Callable[[str], Sequence[Any]] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.unit not in ("chars", "words", "tokens"):
+            raise ValueError(f"CorpusFilter.unit must be 'chars', 'words' or 'tokens', got {self.unit!r}")
+        if self.unit == "tokens" and self.tokenizer is None:
+            raise ValueError("CorpusFilter.tokenizer is required when unit='tokens'")
+        if self.min_length < 0:
+            raise ValueError(f"CorpusFilter.min_length must be >= 0, got {self.min_length}")
+        for name in ("max_length", "truncate"):
+            value = getattr(self, name)
+            if value is not None and value < max(1, self.min_length):
+                raise ValueError(
+                    f"CorpusFilter.{name} must be None or >= min_length ({self.min_length}), got {value}"
+                )
+
+    def length(self, text: str) -> int:
+        if self.unit == "chars":
+            return len(text)
+        if self.unit == "words":
+            return len(text.split())
+        assert self.tokenizer is not None
+        return len(self.tokenizer(text))
+
+    def cut(self, text: str) -> str:
+        """Truncate ``text`` to at most ``truncate`` units, at a sentence end when possible."""
+        if self.truncate is None or self.length(text) <= self.truncate:
+            return text
+        lo, hi = 0, len(text)  # longest prefix (in chars) that fits, by bisection
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.length(text[:mid]) <= self.truncate:
+                lo = mid
+            else:
+                hi = mid - 1
+        prefix = text[:lo]
+        ends = [end for _, end in sentence_spans(prefix) if end < lo]
+        cut = ends[-1] if ends and ends[-1] > lo // 2 else lo
+        return prefix[:cut].rstrip()
+
+
+@dataclass
+class CorpusStats:
+    """What a load kept and skipped (by reason)."""
+
+    kept: int = 0
+    truncated: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+
+    def __str__(self) -> str:
+        skipped = ", ".join(f"{k}={v}" for k, v in sorted(self.skipped.items())) or "none"
+        return f"kept {self.kept} documents ({self.truncated} truncated); skipped: {skipped}"
+
+
+def documents_from_rows(
+    rows: Iterable[Any],
+    filt: CorpusFilter | None = None,
+    *,
+    max_documents: int | None = None,
+    source: str = "corpus",
+) -> tuple[list[Document], CorpusStats]:
+    """Turn raw rows into documents, skipping broken ones; raise if none is usable.
+
+    A row is skipped (and counted) when it is not a mapping (``not_a_row``), its ``text`` is
+    missing or not a string (``no_text``), blank (``empty``), outside the length bounds
+    (``too_short``/``too_long``) or a duplicate (``duplicate``).
+    """
+    filt = filt or CorpusFilter()
+    stats = CorpusStats()
+    seen: set[bytes] = set()
+    docs: list[Document] = []
+    for i, row in enumerate(rows):
+        if max_documents is not None and len(docs) >= max_documents:
+            break
+        if not isinstance(row, Mapping):
+            stats.skipped["not_a_row"] += 1
+            continue
+        text = row.get("text")
+        if not isinstance(text, str):
+            stats.skipped["no_text"] += 1
+            continue
+        text = clean_text(text.replace("\r\n", "\n")).strip()
+        if not text:
+            stats.skipped["empty"] += 1
+            continue
+        length = filt.length(text)
+        if length < filt.min_length:
+            stats.skipped["too_short"] += 1
+            continue
+        if filt.max_length is not None and length > filt.max_length:
+            stats.skipped["too_long"] += 1
+            continue
+        if filt.dedup:
+            key = hashlib.blake2b(" ".join(text.lower().split()).encode(), digest_size=16).digest()
+            if key in seen:
+                stats.skipped["duplicate"] += 1
+                continue
+            seen.add(key)
+        cut = filt.cut(text)
+        stats.truncated += cut is not text
+        metadata = row.get("metadata")
+        docs.append(
+            Document(
+                id=str(row.get("id") or f"{source}-{i}"),
+                text=cut,
+                metadata=dict(metadata) if isinstance(metadata, Mapping) else {},
+            )
+        )
+    stats.kept = len(docs)
+    if not docs:
+        raise ValueError(f"{source} has no usable document ({stats})")
+    if stats.skipped:
+        logger.info("%s: %s", source, stats)
+    return docs, stats
+
+
+def load_embedded(filt: CorpusFilter | None = None) -> list[Document]:
+    """The 80 original math documents shipped in ``spy_env/data/corpus.jsonl``."""
+    path = resources.files("spy_env") / "data" / "corpus.jsonl"
+    with path.open(encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return documents_from_rows(rows, filt, source="embedded corpus")[0]
+
+
+def _datasets():
+    try:
+        import datasets
+    except ImportError as e:  # pragma: no cover - core dependency
+        raise ImportError("loading corpora needs `datasets`: pip install datasets") from e
+    return datasets
+
+
+def load_local(
+    path: str | Path,
+    filt: CorpusFilter | None = None,
+    *,
+    max_documents: int | None = None,
+) -> list[Document]:
+    """Documents from a local ``.parquet``/``.jsonl``/``.json`` file or a folder of them.
+
+    Loaded with ``datasets.load_dataset`` (streaming), the same code path as hub corpora.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"corpus path {str(path)!r} does not exist")
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    by_kind: dict[str, list[str]] = {}
+    for p in files:
+        kind = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}.get(p.suffix.lower())
+        if kind:
+            by_kind.setdefault(kind, []).append(str(p))
+    if len(by_kind) != 1:
+        raise ValueError(
+            f"corpus path {str(path)!r} must hold .parquet or .jsonl/.json files of one kind, "
+            f"found {sorted(by_kind) or 'none'}"
+        )
+    [(kind, data_files)] = by_kind.items()
+    stream = _datasets().load_dataset(kind, data_files=data_files, split="train", streaming=True)
+    return documents_from_rows(stream, filt, max_documents=max_documents, source=str(path))[0]
+
+
+def load_hub(
+    path: str = NEMOTRON_ID,
+    name: str | None = "4plus",
+    *,
+    split: str = "train",
+    filt: CorpusFilter | None = None,
+    max_documents: int | None = 10_000,
+    **load_kwargs: Any,
+) -> list[Document]:
+    """Stream documents from a hub data set (default: Nemotron-CC-Math-v1, config ``4plus``).
+
+    ``path`` may also be a local folder laid out like a hub repository (with ``configs`` in its
+    README), which is how the tests exercise this code path offline.
+    """
+    if path == NEMOTRON_ID and name not in NEMOTRON_CONFIGS:
+        raise ValueError(f"Nemotron-CC-Math-v1 config must be one of {NEMOTRON_CONFIGS}, got {name!r}")
+    stream = _datasets().load_dataset(path, name, split=split, streaming=True, **load_kwargs)
+    source = f"{path}" + (f":{name}" if name else "")
+    return documents_from_rows(stream, filt, max_documents=max_documents, source=source)[0]
+
+
+def load_corpus(
+    source: str | Path | Sequence[Any] = "embedded",
+    filt: CorpusFilter | None = None,
+    *,
+    max_documents: int | None = None,
+) -> list[Document]:
+    """Load a corpus from a spec (see the module docstring) or a sequence of rows/documents."""
+    if isinstance(source, (list, tuple)):
+        rows = [
+            {"id": r.id, "text": r.text, "metadata": r.metadata} if isinstance(r, Document) else r
+            for r in source
+        ]
+        return documents_from_rows(rows, filt, max_documents=max_documents, source="given corpus")[0]
+    if isinstance(source, Path):
+        return load_local(source, filt, max_documents=max_documents)
+    if not isinstance(source, str):
+        raise ValueError(f"corpus must be a spec string, a path or a list of rows, got {type(source).__name__}")
+    if source == "embedded":
+        docs = load_embedded(filt)
+        return docs[:max_documents] if max_documents else docs
+    hub_limit = max_documents or 10_000
+    if source == "nemotron" or source.startswith("nemotron:"):
+        config = source.partition(":")[2] or "4plus"
+        return load_hub(NEMOTRON_ID, config, filt=filt, max_documents=hub_limit)
+    if source.startswith("hf:"):
+        hub_id, _, config = source[3:].partition(":")
+        return load_hub(hub_id, config or None, filt=filt, max_documents=hub_limit)
+    return load_local(source, filt, max_documents=max_documents)

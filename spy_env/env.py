@@ -1,0 +1,490 @@
+"""# Who Is the Spy? (``spy_env/WhoIsTheSpy-v0``)
+
+| Import             | ``import spy_env; env = spy_env.make()``             |
+|--------------------|------------------------------------------------------|
+| Actions            | Text (any string is legal)                           |
+| Parallel API       | Yes (native: one parallel step per stage)            |
+| Agents             | ``player_0 .. player_{n-1}`` (prompts: Player 1..n)  |
+| Observation        | Dict of prompt text and structured fields            |
+
+A multi-agent self-play game that turns an unverifiable task into a verifiable one (RLSVR).
+Every player performs the same task on a source document (default: design a math problem
+grounded in it and solve it, answer in ``\\boxed{}``); one player, the spy, got a degraded
+copy. Then everyone reads all performances and votes for the suspected spy. The environment
+knows the spy's seat, so votes give rewards with no judge, no labels and no reward model.
+
+## Roles and stages
+
+At ``reset`` a document is drawn from the corpus, the spy seat uniformly, and the spy's copy is
+made by the degradation operator (``mask_spans`` by default). Each round has a *performing*
+stage then a *detection* stage; every alive player acts once per stage (AEC: in seat order;
+parallel: all at once). With ``rounds > 1`` the plurality is eliminated (ties: nobody); the
+game ends when the spy is eliminated, two players remain, or the rounds run out.
+
+## Observation
+
+``Dict`` with ``system`` and ``prompt`` (the chat messages for an LLM), ``copy`` (the player's
+own copy of the document), ``performances`` (this round's performances as shown, ``""`` until
+the detection stage and for eliminated players), ``stage`` (0 perform, 1 vote), ``round``,
+``seat``, ``vote_targets`` (legal targets, 0/1 per seat) and ``alive``.
+
+## Action
+
+The raw completion string. Junk (no vote tag, no boxed answer, 1 MB of noise) is recorded in
+``info["violations"]`` with a penalty, never an exception. ``<think>`` blocks are stripped
+before other players see a performance.
+
+## Rewards
+
+Given when a round resolves, as the weighted sum of three components that ``info`` also
+carries separately (``info["reward_components"]``): detection ``1[vote = spy]``; zero-sum
+performing rewards ``-β(m_u - m̄_c)`` for the spy and ``(β/n_c)(m_u - m̄_c) - λ(m_cj - m̄_c)``
+for civilians; format penalties. At the end ``info["truth"]`` reveals the spy seat, all votes
+and the degraded spans.
+
+## Arguments
+
+``spy_env.make(**fields)`` or ``spy_env.make(config=GameConfig(...))``, plus ``render_mode``
+(``"ansi"`` returns the transcript, ``"human"`` prints it in colour). See :class:`GameConfig`.
+
+``reset(seed=..., options=...)``: ``options`` may fix ``document_index`` or ``document_id``,
+``spy_seat`` and ``degrade_seed`` (games sharing all three are identical setups).
+
+## Version History
+
+* v0: initial release.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+from gymnasium.utils import EzPickle, seeding
+from pettingzoo import AECEnv, ParallelEnv
+from pettingzoo.utils import wrappers
+
+from spy_env.config import GameConfig
+from spy_env.corpus import CorpusFilter, Document, load_corpus
+from spy_env.degrade import DEGRADERS, DegradeContext, bag_of_words, most_similar
+from spy_env.game import Game, RoundResult, Stage
+from spy_env.parsing import TEXT_CHARSET, shingles
+from spy_env.prompts import TASKS, format_performances
+from spy_env.transcript import transcript
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SpyGame", "env", "make", "parallel_env", "raw_env"]
+
+_RENDER_MODES = ("ansi", "human")
+_OPTION_KEYS = ("document_index", "document_id", "spy_seat", "degrade_seed")
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_corpus(source: str, max_document_chars: int, max_documents: int | None) -> tuple[Document, ...]:
+    filt = CorpusFilter(truncate=max_document_chars)
+    return tuple(load_corpus(source, filt, max_documents=max_documents))
+
+
+@functools.lru_cache(maxsize=32)
+def _text_prototype(max_length: int) -> spaces.Text:
+    return spaces.Text(max_length, min_length=0, charset=TEXT_CHARSET)
+
+
+def _text_space(max_length: int) -> spaces.Text:
+    """A ``Text`` space over the wide charset with its own RNG.
+
+    Building one costs ~40 ms (a 63k-character charset); copies share the read-only charset
+    tables of a cached prototype, so every agent of every env still seeds independently.
+    """
+    space = copy.copy(_text_prototype(max_length))
+    space._np_random = None
+    return space
+
+
+def _config_from(config: GameConfig | None, overrides: Mapping[str, Any]) -> GameConfig:
+    if config is None:
+        return GameConfig.from_dict(overrides)
+    if not isinstance(config, GameConfig):
+        raise ValueError(f"config must be a GameConfig, got {type(config).__name__}")
+    return replace(config, **overrides) if overrides else config
+
+
+class SpyGame:
+    """What the AEC and parallel classes share: corpus, RNG, game setup, spaces, observations."""
+
+    def __init__(self, config: GameConfig) -> None:
+        self.config = config
+        self.task = TASKS[config.task]
+        self.templates = self.task.templates(config.prompts)
+        if isinstance(config.corpus, str):
+            self.documents = _cached_corpus(config.corpus, config.max_document_chars, config.max_documents)
+        else:
+            filt = CorpusFilter(truncate=config.max_document_chars)
+            self.documents = tuple(load_corpus(config.corpus, filt, max_documents=config.max_documents))
+        if config.resolved_degrade == "neighbor" and len(self.documents) < 2:
+            raise ValueError("GameConfig.corpus must hold at least 2 documents for degrade='neighbor'")
+        self._index_of_id = {doc.id: i for i, doc in enumerate(self.documents)}
+        self._shingles: dict[int, frozenset[int]] = {}
+        self._neighbors: dict[int, int] = {}
+        self._bags: list[Any] | None = None
+        self.possible_agents = [f"player_{i}" for i in range(config.n_players)]
+        self.seat_of = {agent: i for i, agent in enumerate(self.possible_agents)}
+        self.np_random, self.np_random_seed = seeding.np_random(None)
+        self.game: Game | None = None
+        self._obs_cache: dict[int, dict[str, Any]] = {}
+        self._obs_key: tuple[int, Stage] | None = None
+        self._observation_spaces: dict[str, spaces.Space] = {}
+        self._action_spaces: dict[str, spaces.Space] = {}
+
+    # ---------------------------------------------------------------- spaces
+    @property
+    def max_prompt_chars(self) -> int:
+        cfg = self.config
+        return cfg.max_document_chars + cfg.n_players * (cfg.max_performance_chars + 64) + 16_384
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        # Built lazily: runners never ask for spaces.
+        if agent not in self._observation_spaces:
+            cfg, n = self.config, self.config.n_players
+            self._observation_spaces[agent] = spaces.Dict(
+                {
+                    "system": _text_space(8_192),
+                    "prompt": _text_space(self.max_prompt_chars),
+                    "copy": _text_space(cfg.max_document_chars),
+                    "performances": spaces.Tuple(
+[_text_space(cfg.max_performance_chars) for _ in range(n)]
+                    ),
+                    "stage": spaces.Discrete(2),
+                    "round": spaces.Discrete(cfg.rounds),
+                    "seat": spaces.Discrete(n),
+                    "vote_targets": spaces.MultiBinary(n),
+                    "alive": spaces.MultiBinary(n),
+                }
+            )
+        return self._observation_spaces[agent]
+
+    def action_space(self, agent: str) -> spaces.Space:
+        if agent not in self._action_spaces:
+            limit = max(self.config.max_performance_chars, self.config.max_vote_chars)
+            self._action_spaces[agent] = _text_space(limit)
+        return self._action_spaces[agent]
+
+    # ----------------------------------------------------------------- setup
+    def new_game(self, seed: int | None, options: Mapping[str, Any] | None) -> Game:
+        if seed is not None:
+            self.np_random, self.np_random_seed = seeding.np_random(seed)
+        options = dict(options or {})
+        unknown = sorted(set(options) - set(_OPTION_KEYS))
+        if unknown:
+            logger.debug("reset: ignoring unknown options %s", unknown)
+        cfg, rng = self.config, self.np_random
+        # Always draw the same numbers in the same order, so options never shift the stream.
+        drawn_index = int(rng.integers(len(self.documents)))
+        drawn_spy = int(rng.integers(cfg.n_players))
+        drawn_degrade_seed = int(rng.integers(2**63 - 1))
+        index = self._document_index(options, drawn_index)
+        spy_seat = int(options.get("spy_seat", drawn_spy))
+        if not 0 <= spy_seat < cfg.n_players:
+            raise ValueError(f"options['spy_seat'] must be in 0..{cfg.n_players - 1}, got {spy_seat}")
+        degrade_seed = int(options.get("degrade_seed", drawn_degrade_seed))
+        document = self.documents[index]
+        context = DegradeContext(
+            ratio=cfg.resolved_ratio,
+            placeholder=cfg.mask_placeholder,
+            relevant_first=cfg.relevant_spans_first,
+            neighbor=lambda: self.documents[self._neighbor(index)].text,
+        )
+        degraded = DEGRADERS[cfg.resolved_degrade](document.text, np.random.default_rng(degrade_seed), context)
+        if index not in self._shingles:
+            self._shingles[index] = shingles(document.text, cfg.copy_min_words)
+        self.game = Game(cfg, self.task, document, spy_seat, degraded, self._shingles[index])
+        self._obs_cache = {}
+        self._obs_key = None
+        return self.game
+
+    def _document_index(self, options: Mapping[str, Any], drawn: int) -> int:
+        if "document_id" in options:
+            doc_id = options["document_id"]
+            if doc_id not in self._index_of_id:
+                raise ValueError(f"options['document_id'] {doc_id!r} is not in the corpus")
+            return self._index_of_id[doc_id]
+        index = int(options.get("document_index", drawn))
+        if not 0 <= index < len(self.documents):
+            raise ValueError(f"options['document_index'] must be in 0..{len(self.documents) - 1}, got {index}")
+        return index
+
+    def _neighbor(self, index: int) -> int:
+        if index not in self._neighbors:
+            if self._bags is None:
+                self._bags = [bag_of_words(doc.text) for doc in self.documents]
+            self._neighbors[index] = most_similar(index, self._bags)
+        return self._neighbors[index]
+
+    # ----------------------------------------------------------- observation
+    def observe(self, seat: int) -> dict[str, Any]:
+        """The observation of ``seat`` (cached per stage; do not mutate it)."""
+        game = self.game
+        assert game is not None, "reset() before observe()"
+        key = (game.round, game.stage)
+        if game.stage is not Stage.DONE and key != self._obs_key:
+            self._obs_cache, self._obs_key = {}, key
+        obs = self._obs_cache.get(seat)
+        if obs is None:
+            obs = self._obs_cache[seat] = self._render(seat)
+        return obs
+
+    def _render(self, seat: int) -> dict[str, Any]:
+        game, cfg, n = self.game, self.config, self.config.n_players
+        assert game is not None
+        voting = game.stage is not Stage.PERFORM
+        fields = {
+            "player": seat + 1,
+            "n_players": n,
+            "round": game.round + 1,
+            "document": game.views[seat],
+            "task": self.task.instruction,
+            "history": game.history_text(seat),
+        }
+        targets = np.zeros(n, dtype=np.int8)
+        shown: list[str | None] = [None] * n
+        if voting:
+            shown = game.shown_performances()
+            targets[game.legal_targets(seat)] = 1
+            fields["performances"] = format_performances(shown, viewer=seat)
+            fields["legal_votes"] = ", ".join(str(s + 1) for s in game.legal_targets(seat))
+        prompt = self.templates["vote" if voting else "perform"].format(**fields)
+        system = self.templates["system"].format(n_players=n, task=self.task.instruction)
+        return {
+            "system": system[:8_192],
+            "prompt": prompt[: self.max_prompt_chars],
+            "copy": game.views[seat],
+            "performances": tuple(p or "" for p in shown),
+            "stage": int(voting),
+            "round": game.round,
+            "seat": seat,
+            "vote_targets": targets,
+            "alive": np.asarray(game.alive, dtype=np.int8),
+        }
+
+    def step_seat(self, seat: int, action: Any) -> RoundResult | None:
+        game = self.game
+        assert game is not None
+        return game.act(seat, action)
+
+    def action_info(self, seat: int, stage: Stage) -> dict[str, Any]:
+        """Info about ``seat``'s latest action in ``stage``: violations and penalty."""
+        game = self.game
+        assert game is not None
+        record = (game.current.performances if stage is Stage.PERFORM else game.current.votes).get(seat)
+        if record is None:  # the round just resolved and a new one began
+            log = game.log[-2]
+            record = log.performances[seat] if stage is Stage.PERFORM else log.votes[seat]
+        info: dict[str, Any] = {"violations": list(record.violations), "penalty": record.penalty}
+        if stage is Stage.VOTE:
+            info["vote"] = record.target
+        return info
+
+    def round_info(self, result: RoundResult, seat: int) -> dict[str, Any]:
+        game = self.game
+        assert game is not None
+        info: dict[str, Any] = {
+            "reward_components": game.components(result, seat),
+            "votes_received": result.votes_received[seat],
+            "vote": result.votes[seat],
+            "eliminated": result.eliminated,
+        }
+        if game.done:
+            info["truth"] = game.truth()
+        return info
+
+    def base_info(self, seat: int) -> dict[str, Any]:
+        game = self.game
+        assert game is not None
+        return {"stage": game.stage.value, "round": game.round, "seat": seat}
+
+    def render(self, render_mode: str | None) -> str | None:
+        if render_mode is None:
+            gymnasium.logger.warn("render() called without a render_mode; pass render_mode='ansi' or 'human'")
+            return None
+        if self.game is None:
+            return None
+        text = transcript(self.game)
+        if render_mode == "ansi":
+            return text.plain
+        from rich.console import Console
+
+        Console().print(text)
+        return None
+
+
+class raw_env(AECEnv, EzPickle):
+    """AEC Who-Is-the-Spy environment (see the module docstring)."""
+
+    metadata = {"name": "WhoIsTheSpy-v0", "render_modes": list(_RENDER_MODES), "is_parallelizable": True}
+
+    def __init__(self, config: GameConfig | None = None, render_mode: str | None = None, **overrides: Any):
+        EzPickle.__init__(self, config, render_mode, **overrides)
+        super().__init__()
+        if render_mode is not None and render_mode not in _RENDER_MODES:
+            raise ValueError(f"render_mode must be None or one of {_RENDER_MODES}, got {render_mode!r}")
+        self.config = _config_from(config, overrides)
+        self.render_mode = render_mode
+        self._core = SpyGame(self.config)
+        self.possible_agents = list(self._core.possible_agents)
+        self.agents: list[str] = []
+
+    @property
+    def game(self) -> Game | None:
+        """The underlying rules object (for inspection; step through the env)."""
+        return self._core.game
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self._core.observation_space(agent)
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return self._core.action_space(agent)
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        game = self._core.new_game(seed, options)
+        self.agents = list(self.possible_agents)
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos = {a: self._core.base_info(self._core.seat_of[a]) for a in self.agents}
+        self.agent_selection = self.possible_agents[game.pending()[0]]
+
+    def observe(self, agent: str) -> dict[str, Any]:
+        return self._core.observe(self._core.seat_of[agent])
+
+    def step(self, action: Any) -> None:
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            self._was_dead_step(action)
+            return
+        game = self._core.game
+        assert game is not None
+        seat, stage = self._core.seat_of[agent], game.stage
+        self._cumulative_rewards[agent] = 0.0
+        self._clear_rewards()
+        result = self._core.step_seat(seat, action)
+        self.infos[agent] = {**self._core.base_info(seat), **self._core.action_info(seat, stage)}
+        if result is not None:
+            for other in self.agents:
+                s = self._core.seat_of[other]
+                if not result.alive[s]:
+                    continue
+                self.rewards[other] = game.reward(result, s)
+                self.infos[other] = {
+                    **self.infos[other],
+                    **self._core.base_info(s),
+                    **self._core.round_info(result, s),
+                }
+                if game.done or not game.alive[s]:
+                    self.terminations[other] = True
+        pending = game.pending()
+        if pending:
+            self.agent_selection = self.possible_agents[pending[0]]
+        self._accumulate_rewards()
+        self._deads_step_first()
+        if self.render_mode == "human" and game.done:
+            self.render()
+
+    def render(self) -> str | None:
+        return self._core.render(self.render_mode)
+
+    def close(self) -> None:
+        pass
+
+
+class parallel_env(ParallelEnv, EzPickle):
+    """Native parallel Who-Is-the-Spy environment: one ``step`` per stage (batched generation)."""
+
+    metadata = {"name": "WhoIsTheSpy-v0", "render_modes": list(_RENDER_MODES), "is_parallelizable": True}
+
+    def __init__(self, config: GameConfig | None = None, render_mode: str | None = None, **overrides: Any):
+        EzPickle.__init__(self, config, render_mode, **overrides)
+        if render_mode is not None and render_mode not in _RENDER_MODES:
+            raise ValueError(f"render_mode must be None or one of {_RENDER_MODES}, got {render_mode!r}")
+        self.config = _config_from(config, overrides)
+        self.render_mode = render_mode
+        self._core = SpyGame(self.config)
+        self.possible_agents = list(self._core.possible_agents)
+        self.agents: list[str] = []
+
+    @property
+    def game(self) -> Game | None:
+        return self._core.game
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self._core.observation_space(agent)
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return self._core.action_space(agent)
+
+    def reset(self, seed: int | None = None, options: dict | None = None):
+        self._core.new_game(seed, options)
+        self.agents = list(self.possible_agents)
+        core = self._core
+        observations = {a: core.observe(core.seat_of[a]) for a in self.agents}
+        infos = {a: core.base_info(core.seat_of[a]) for a in self.agents}
+        return observations, infos
+
+    def step(self, actions: Mapping[str, Any]):
+        core, game = self._core, self._core.game
+        if game is None or game.done or not self.agents:
+            raise RuntimeError("step() called on a finished game; call reset() first")
+        stage = game.stage
+        expected = {self.possible_agents[s] for s in game.pending()}
+        missing, extra = expected - set(actions), set(actions) - expected
+        if missing or extra:
+            raise ValueError(
+                f"step() needs one action per live agent: missing {sorted(missing)}, unexpected {sorted(extra)}"
+            )
+        result = None
+        for seat in game.pending():
+            result = core.step_seat(seat, actions[self.possible_agents[seat]])
+        live = list(self.agents)
+        rewards = dict.fromkeys(live, 0.0)
+        terminations = dict.fromkeys(live, False)
+        truncations = dict.fromkeys(live, False)
+        infos = {}
+        for agent in live:
+            seat = core.seat_of[agent]
+            infos[agent] = {**core.base_info(seat), **core.action_info(seat, stage)}
+            if result is not None:
+                rewards[agent] = game.reward(result, seat)
+                infos[agent].update(core.round_info(result, seat))
+                terminations[agent] = game.done or not game.alive[seat]
+        observations = {a: core.observe(core.seat_of[a]) for a in live}
+        self.agents = [a for a in live if not terminations[a]]
+        if self.render_mode == "human" and game.done:
+            self.render()
+        return observations, rewards, terminations, truncations, infos
+
+    def render(self) -> str | None:
+        return self._core.render(self.render_mode)
+
+    def close(self) -> None:
+        pass
+
+
+def env(config: GameConfig | None = None, render_mode: str | None = None, **overrides: Any) -> AECEnv:
+    """The AEC environment with PettingZoo's standard wrappers."""
+    return wrappers.OrderEnforcingWrapper(raw_env(config, render_mode=render_mode, **overrides))
+
+
+def make(config: GameConfig | None = None, *, render_mode: str | None = None, **overrides: Any) -> AECEnv:
+    """``spy_env.make(n_players=5, degrade="mask_spans", ...)``: a ready-to-use AEC environment.
+
+    Keyword arguments are :class:`GameConfig` fields; unknown ones raise ``ValueError``.
+    """
+    return env(config, render_mode=render_mode, **overrides)

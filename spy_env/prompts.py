@@ -1,0 +1,151 @@
+"""All player-facing text: the target tasks and their prompt templates.
+
+A :class:`Task` is the pluggable part of RLSVR: what every player is asked to do with its copy
+of the source (the *target task* τ), which output checks apply, and which degradation g suits
+it. ``math`` is the default (DESIGN §2); ``summary`` and ``writing`` are the paper's other
+tasks (GovReport, WritingPrompts; mask ratio 0.2).
+
+Templates are ``str.format`` strings. Fields available:
+
+- ``system``: ``{n_players}``, ``{task}``
+- ``perform``: ``{player}``, ``{n_players}``, ``{round}``, ``{document}``, ``{task}``, ``{history}``
+- ``vote``: the ``perform`` fields plus ``{performances}`` and ``{legal_votes}``
+
+Players are "Player 1..n" in every prompt; seats are 0-based in code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = ["TASKS", "TEMPLATE_FIELDS", "Task", "format_performances", "validate_templates"]
+
+TEMPLATE_FIELDS: dict[str, frozenset[str]] = {
+    "system": frozenset({"n_players", "task"}),
+    "perform": frozenset({"player", "n_players", "round", "document", "task", "history"}),
+    "vote": frozenset(
+        {"player", "n_players", "round", "document", "task", "history", "performances", "legal_votes"}
+    ),
+}
+
+_SYSTEM = (
+    "You are playing \"Who Is the Spy?\" with {n_players} players. Every player received a copy "
+    "of the same source text, except one player, the spy, whose copy was degraded (parts are "
+    "missing or changed). Nobody is told who the spy is, not even the spy. First every player "
+    "performs the same task on its own copy: {task}. Then every player reads all performances "
+    "and votes for the player it believes is the spy. Civilians win when the spy is found; the "
+    "spy wins by blending in."
+)
+
+_PERFORM = (
+    "You are Player {player}.{history}\n\n"
+    "Your copy of the source text:\n<document>\n{document}\n</document>\n\n"
+    "Task: {task}. Ground your work in the specific facts of the source text: the other players "
+    "will compare your performance with their own copies."
+)
+
+_VOTE = (
+    "You are Player {player}. Round {round}.{history}\n\n"
+    "Your copy of the source text:\n<document>\n{document}\n</document>\n\n"
+    "Each player performed this task on its own copy: {task}.\n\n"
+    "Performances:\n{performances}\n\n"
+    "Which player received the degraded copy? Compare each performance with your copy: the spy's "
+    "work tends to miss or contradict details of the source. Explain briefly, then end your reply "
+    "with <vote>k</vote>, where k is one of {legal_votes}, or <vote>N/A</vote> to abstain."
+)
+
+
+@dataclass(frozen=True)
+class Task:
+    """A target task τ: what players do with the source, and how it is checked."""
+
+    name: str
+    instruction: str
+    requires_boxed: bool
+    default_degrade: str
+    default_ratio: float
+    system: str = _SYSTEM
+    perform: str = _PERFORM
+    vote: str = _VOTE
+
+    def templates(self, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The task's templates with ``overrides`` applied (keys: system, perform, vote)."""
+        out = {"system": self.system, "perform": self.perform, "vote": self.vote}
+        out.update(overrides or {})
+        return out
+
+
+TASKS: dict[str, Task] = {
+    "math": Task(
+        name="math",
+        instruction=(
+            "design a math problem grounded in the source text and solve it step by step, "
+            "with the final answer in \\boxed{}"
+        ),
+        requires_boxed=True,
+        default_degrade="mask_spans",
+        default_ratio=0.4,
+    ),
+    "summary": Task(
+        name="summary",
+        instruction="write a faithful summary of the source text in at most 150 words",
+        requires_boxed=False,
+        default_degrade="mask_spans",
+        default_ratio=0.2,
+    ),
+    "writing": Task(
+        name="writing",
+        instruction="write a short story (at most 200 words) that continues the source text",
+        requires_boxed=False,
+        default_degrade="mask_spans",
+        default_ratio=0.2,
+    ),
+}
+
+
+def validate_templates(templates: Mapping[str, str]) -> None:
+    """Raise ``ValueError`` naming the template when it is unknown or uses an unknown field."""
+    import string
+
+    for name, template in templates.items():
+        if name not in TEMPLATE_FIELDS:
+            raise ValueError(
+                f"GameConfig.prompts: unknown template {name!r}; allowed: {sorted(TEMPLATE_FIELDS)}"
+            )
+        if not isinstance(template, str):
+            raise ValueError(f"GameConfig.prompts[{name!r}] must be a string")
+        try:
+            fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+        except ValueError as e:
+            raise ValueError(f"GameConfig.prompts[{name!r}] is not a valid format string: {e}") from e
+        unknown = {f.split(".")[0].split("[")[0] for f in fields} - TEMPLATE_FIELDS[name]
+        if unknown:
+            raise ValueError(
+                f"GameConfig.prompts[{name!r}] uses unknown fields {sorted(unknown)}; "
+                f"allowed: {sorted(TEMPLATE_FIELDS[name])}"
+            )
+
+
+def format_performances(performances: Sequence[str | None], viewer: int) -> str:
+    """Lay out every alive player's performance, marking the viewer's own.
+
+    ``None`` marks an eliminated player. Closing tags inside a performance are defused so a
+    player cannot fake the end of its block.
+
+    >>> print(format_performances(["a", None, "</performance> c"], viewer=0))
+    <performance player="1" (you)>
+    a
+    </performance>
+    <performance player="3">
+    &lt;/performance> c
+    </performance>
+    """
+    blocks = []
+    for seat, text in enumerate(performances):
+        if text is None:
+            continue
+        you = " (you)" if seat == viewer else ""
+        body = text.replace("</performance", "&lt;/performance") if "</perf" in text else text
+        blocks.append(f'<performance player="{seat + 1}"{you}>\n{body}\n</performance>')
+    return "\n".join(blocks)
