@@ -24,7 +24,9 @@ class GameConfig:
     n_players: int = field(default=5, metadata={"help": "Players per game, 3..10."})
     rounds: int = field(
         default=1,
-        metadata={"help": "Maximum rounds, 1..10. Rounds > 1 eliminate by plurality (ties: nobody)."},
+        metadata={
+            "help": "Maximum rounds, 1..10. Rounds > 1 eliminate by plurality (ties: nobody)."
+        },
     )
     degrade: str | None = field(
         default=None, metadata={"help": "Degradation operator g; None = the task's default."}
@@ -34,21 +36,34 @@ class GameConfig:
         metadata={"help": "Share of the text g removes/changes, in (0, 1); None = task default."},
     )
     mask_placeholder: str = field(
-        default="[…]", metadata={"help": "Shown where mask_spans removed text; '' removes silently."}
+        default="[…]",
+        metadata={"help": "Shown where mask_spans removed text; '' removes silently."},
     )
     relevant_spans_first: bool = field(
         default=True, metadata={"help": "mask_spans masks sentences with numbers/LaTeX first."}
     )
-    beta: float = field(default=1.0, metadata={"help": "β > 0: weight of the spy-vs-civilians gap."})
-    lam: float = field(default=1.0, metadata={"help": "λ > 0: weight of a civilian's own suspicion."})
-    weight_detect: float = field(default=1.0, metadata={"help": "Weight of r^D in the scalar reward."})
-    weight_perform: float = field(default=1.0, metadata={"help": "Weight of r^P in the scalar reward."})
-    weight_penalty: float = field(default=1.0, metadata={"help": "Weight of penalties in the scalar reward."})
+    beta: float = field(
+        default=1.0, metadata={"help": "β > 0: weight of the spy-vs-civilians gap."}
+    )
+    lam: float = field(
+        default=1.0, metadata={"help": "λ > 0: weight of a civilian's own suspicion."}
+    )
+    weight_detect: float = field(
+        default=1.0, metadata={"help": "Weight of r^D in the scalar reward."}
+    )
+    weight_perform: float = field(
+        default=1.0, metadata={"help": "Weight of r^P in the scalar reward."}
+    )
+    weight_penalty: float = field(
+        default=1.0, metadata={"help": "Weight of penalties in the scalar reward."}
+    )
     penalty_no_answer: float = field(
-        default=-0.1, metadata={"help": "Performance without a \\boxed{} answer (tasks that need one), <= 0."}
+        default=-0.1,
+        metadata={"help": "Performance without a \\boxed{} answer (tasks that need one), <= 0."},
     )
     penalty_copy: float = field(
-        default=-0.5, metadata={"help": "Performance copying >= copy_min_words source words verbatim, <= 0."}
+        default=-0.5,
+        metadata={"help": "Performance copying >= copy_min_words source words verbatim, <= 0."},
     )
     penalty_overlength: float = field(
         default=-0.1, metadata={"help": "Output longer than its limit (it is truncated), <= 0."}
@@ -57,26 +72,34 @@ class GameConfig:
         default=-0.1, metadata={"help": "Missing, unparseable, out-of-range or illegal vote, <= 0."}
     )
     copy_min_words: int = field(
-        default=20, metadata={"help": "k of the anti-leak rule: a verbatim run of k source words, >= 5."}
+        default=20,
+        metadata={"help": "k of the anti-leak rule: a verbatim run of k source words, >= 5."},
     )
     max_performance_chars: int = field(
-        default=8_000, metadata={"help": "Performances are truncated (and flagged) past this, >= 100."}
+        default=8_000,
+        metadata={"help": "Performances are truncated (and flagged) past this, >= 100."},
     )
     max_vote_chars: int = field(
-        default=4_000, metadata={"help": "Vote replies are truncated (and flagged) past this, >= 100."}
+        default=4_000,
+        metadata={"help": "Vote replies are truncated (and flagged) past this, >= 100."},
     )
     max_document_chars: int = field(
-        default=12_000, metadata={"help": "Source documents are truncated to this many chars, >= 200."}
+        default=12_000,
+        metadata={"help": "Source documents are truncated to this many chars, >= 200."},
     )
     allow_self_vote: bool = field(
-        default=False, metadata={"help": "Whether a player may vote for itself (else: invalid vote)."}
+        default=False,
+        metadata={"help": "Whether a player may vote for itself (else: invalid vote)."},
     )
     train_spy_vote: bool = field(
-        default=False, metadata={"help": "Whether the spy's own vote is a training sample (buffer flag)."}
+        default=False,
+        metadata={"help": "Whether the spy's own vote is a training sample (buffer flag)."},
     )
     corpus: Any = field(
         default="embedded",
-        metadata={"help": "'embedded', 'nemotron[:CONFIG]', 'hf:ID[:CONFIG]', a path, or a list of rows."},
+        metadata={
+            "help": "'embedded', 'nemotron[:CONFIG]', 'hf:ID[:CONFIG]', a path, or a list of rows."
+        },
     )
     max_documents: int | None = field(
         default=None, metadata={"help": "Keep at most this many corpus documents (None: all)."}
@@ -97,7 +120,9 @@ class GameConfig:
             raise bad("rounds", "an integer in 1..10")
         if self.degrade is not None and self.degrade not in DEGRADERS:
             raise bad("degrade", f"None or one of {sorted(DEGRADERS)}")
-        if self.mask_ratio is not None and not (_is_real(self.mask_ratio) and 0 < self.mask_ratio < 1):
+        if self.mask_ratio is not None and not (
+            _is_real(self.mask_ratio) and 0 < self.mask_ratio < 1
+        ):
             raise bad("mask_ratio", "None or a number in (0, 1)")
         if not isinstance(self.mask_placeholder, str):
             raise bad("mask_placeholder", "a string")
@@ -108,22 +133,37 @@ class GameConfig:
         for name in ("weight_detect", "weight_perform", "weight_penalty"):
             if not _is_real(getattr(self, name)):
                 raise bad(name, "a finite number")
-        for name in ("penalty_no_answer", "penalty_copy", "penalty_overlength", "penalty_invalid_vote"):
+        for name in (
+            "penalty_no_answer",
+            "penalty_copy",
+            "penalty_overlength",
+            "penalty_invalid_vote",
+        ):
             value = getattr(self, name)
             if not (_is_real(value) and value <= 0):
                 raise bad(name, "a finite number <= 0")
         if not _is_int(self.copy_min_words) or self.copy_min_words < 5:
             raise bad("copy_min_words", "an integer >= 5")
-        for name, low in (("max_performance_chars", 100), ("max_vote_chars", 100), ("max_document_chars", 200)):
+        for name, low in (
+            ("max_performance_chars", 100),
+            ("max_vote_chars", 100),
+            ("max_document_chars", 200),
+        ):
             value = getattr(self, name)
             if not _is_int(value) or value < low:
                 raise bad(name, f"an integer >= {low}")
-        if self.max_documents is not None and (not _is_int(self.max_documents) or self.max_documents < 1):
+        if self.max_documents is not None and (
+            not _is_int(self.max_documents) or self.max_documents < 1
+        ):
             raise bad("max_documents", "None or an integer >= 1")
         if not isinstance(self.prompts, Mapping):
             raise bad("prompts", "a mapping of template name to format string")
         validate_templates(self.prompts)
-        if self.resolved_degrade == "neighbor" and isinstance(self.corpus, (list, tuple)) and len(self.corpus) < 2:
+        if (
+            self.resolved_degrade == "neighbor"
+            and isinstance(self.corpus, (list, tuple))
+            and len(self.corpus) < 2
+        ):
             raise bad("corpus", "a corpus of at least 2 documents for degrade='neighbor'")
 
     @property
@@ -140,13 +180,17 @@ class GameConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(values) - known
         if unknown:
-            raise ValueError(f"GameConfig: unknown fields {sorted(unknown)}; known: {sorted(known)}")
+            raise ValueError(
+                f"GameConfig: unknown fields {sorted(unknown)}; known: {sorted(known)}"
+            )
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         if not isinstance(self.corpus, str):
-            out["corpus"] = f"<{len(self.corpus)} rows>" if hasattr(self.corpus, "__len__") else "<rows>"
+            out["corpus"] = (
+                f"<{len(self.corpus)} rows>" if hasattr(self.corpus, "__len__") else "<rows>"
+            )
         out["prompts"] = dict(self.prompts)
         return out
 

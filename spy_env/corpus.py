@@ -74,7 +74,9 @@ class CorpusFilter:
 
     def __post_init__(self) -> None:
         if self.unit not in ("chars", "words", "tokens"):
-            raise ValueError(f"CorpusFilter.unit must be 'chars', 'words' or 'tokens', got {self.unit!r}")
+            raise ValueError(
+                f"CorpusFilter.unit must be 'chars', 'words' or 'tokens', got {self.unit!r}"
+            )
         if self.unit == "tokens" and self.tokenizer is None:
             raise ValueError("CorpusFilter.tokenizer is required when unit='tokens'")
         if self.min_length < 0:
@@ -246,7 +248,9 @@ def load_hub(
     README), which is how the tests exercise this code path offline.
     """
     if path == NEMOTRON_ID and name not in NEMOTRON_CONFIGS:
-        raise ValueError(f"Nemotron-CC-Math-v1 config must be one of {NEMOTRON_CONFIGS}, got {name!r}")
+        raise ValueError(
+            f"Nemotron-CC-Math-v1 config must be one of {NEMOTRON_CONFIGS}, got {name!r}"
+        )
     stream = _datasets().load_dataset(path, name, split=split, streaming=True, **load_kwargs)
     source = f"{path}" + (f":{name}" if name else "")
     return documents_from_rows(stream, filt, max_documents=max_documents, source=source)[0]
@@ -264,11 +268,15 @@ def load_corpus(
             {"id": r.id, "text": r.text, "metadata": r.metadata} if isinstance(r, Document) else r
             for r in source
         ]
-        return documents_from_rows(rows, filt, max_documents=max_documents, source="given corpus")[0]
+        return documents_from_rows(rows, filt, max_documents=max_documents, source="given corpus")[
+            0
+        ]
     if isinstance(source, Path):
         return load_local(source, filt, max_documents=max_documents)
     if not isinstance(source, str):
-        raise ValueError(f"corpus must be a spec string, a path or a list of rows, got {type(source).__name__}")
+        raise ValueError(
+            f"corpus must be a spec string, a path or a list of rows, got {type(source).__name__}"
+        )
     if source == "embedded":
         docs = load_embedded(filt)
         return docs[:max_documents] if max_documents else docs

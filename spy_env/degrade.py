@@ -19,6 +19,7 @@ New operators are added with :func:`register_degrader`.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -29,8 +30,8 @@ import numpy as np
 
 __all__ = [
     "DEGRADERS",
-    "Degraded",
     "DegradeContext",
+    "Degraded",
     "Span",
     "register_degrader",
     "sentence_spans",
@@ -89,7 +90,8 @@ _RELEVANT = re.compile(r"\d|\$|\\")
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w])")
 
 
-def sentence_spans(text: str) -> list[tuple[int, int]]:
+@functools.lru_cache(maxsize=4096)
+def sentence_spans(text: str) -> tuple[tuple[int, int], ...]:
     """Character spans of the sentences of ``text`` (whitespace trimmed, empty ones dropped).
 
     >>> t = "One. Two has $x$!\\n## Head\\n1. Three"
@@ -111,7 +113,7 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
                 a = spans.pop()[0]  # a list marker ("1.", "-") belongs to what follows
             spans.append((a, b))
         pos = end
-    return spans
+    return tuple(spans)
 
 
 def _remove(text: str, chosen: Sequence[tuple[int, int]], placeholder: str, name: str) -> Degraded:

@@ -220,7 +220,10 @@ class Game:
         alive = tuple(self.alive)
         votes = tuple(log.votes[s].target if alive[s] else None for s in range(n))
         received = rewards.votes_received(votes, n)
-        detect = [r if alive[s] else 0.0 for s, r in enumerate(rewards.detection_rewards(votes, self.spy_seat))]
+        detect = [
+            r if alive[s] else 0.0
+            for s, r in enumerate(rewards.detection_rewards(votes, self.spy_seat))
+        ]
         perform = rewards.performing_rewards(received, self.spy_seat, alive, cfg.beta, cfg.lam)
         eliminated = rewards.plurality_elimination(received, alive)
         result = RoundResult(
@@ -230,7 +233,9 @@ class Game:
             votes_received=tuple(received),
             detect=tuple(detect),
             perform=tuple(perform),
-            perform_penalty=tuple(log.performances[s].penalty if alive[s] else 0.0 for s in range(n)),
+            perform_penalty=tuple(
+                log.performances[s].penalty if alive[s] else 0.0 for s in range(n)
+            ),
             vote_penalty=tuple(log.votes[s].penalty if alive[s] else 0.0 for s in range(n)),
             eliminated=eliminated,
             spy_caught=eliminated == self.spy_seat,
@@ -272,7 +277,8 @@ class Game:
             "document_id": self.document.id,
             "degrade": self.degraded.operator,
             "removed_spans": [
-                [span.start, span.end, span.original, span.replacement] for span in self.degraded.spans
+                [span.start, span.end, span.original, span.replacement]
+                for span in self.degraded.spans
             ],
             "votes": [list(r.votes) for r in results],
             "votes_received": [list(r.votes_received) for r in results],
@@ -293,9 +299,12 @@ class Game:
                 for s, t in enumerate(result.votes)
                 if result.alive[s]
             )
-            out = "nobody (tie)" if result.eliminated is None else f"Player {result.eliminated + 1} (a civilian)"
+            out = (
+                "nobody (tie)"
+                if result.eliminated is None
+                else f"Player {result.eliminated + 1} (a civilian)"
+            )
             lines.append(f"Round {result.round + 1} votes: {votes}. Eliminated: {out}.")
         if not lines:
             return ""
         return "\n\nEarlier rounds:\n" + "\n".join(lines) + f"\nThis is round {self.round + 1}."
-

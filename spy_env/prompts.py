@@ -25,12 +25,21 @@ TEMPLATE_FIELDS: dict[str, frozenset[str]] = {
     "system": frozenset({"n_players", "task"}),
     "perform": frozenset({"player", "n_players", "round", "document", "task", "history"}),
     "vote": frozenset(
-        {"player", "n_players", "round", "document", "task", "history", "performances", "legal_votes"}
+        {
+            "player",
+            "n_players",
+            "round",
+            "document",
+            "task",
+            "history",
+            "performances",
+            "legal_votes",
+        }
     ),
 }
 
 _SYSTEM = (
-    "You are playing \"Who Is the Spy?\" with {n_players} players. Every player received a copy "
+    'You are playing "Who Is the Spy?" with {n_players} players. Every player received a copy '
     "of the same source text, except one player, the spy, whose copy was degraded (parts are "
     "missing or changed). Nobody is told who the spy is, not even the spy. First every player "
     "performs the same task on its own copy: {task}. Then every player reads all performances "
@@ -118,7 +127,9 @@ def validate_templates(templates: Mapping[str, str]) -> None:
         try:
             fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
         except ValueError as e:
-            raise ValueError(f"GameConfig.prompts[{name!r}] is not a valid format string: {e}") from e
+            raise ValueError(
+                f"GameConfig.prompts[{name!r}] is not a valid format string: {e}"
+            ) from e
         unknown = {f.split(".")[0].split("[")[0] for f in fields} - TEMPLATE_FIELDS[name]
         if unknown:
             raise ValueError(

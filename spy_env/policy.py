@@ -1,0 +1,55 @@
+"""The contract between the environment's runner and any policy (DESIGN §4).
+
+A policy maps a *batch* of observations to a batch of actions, so that one call can serve
+many seats of many games (one batched LLM generation per stage). An action is either a plain
+string or an :class:`Action` record carrying what a trainer needs (token ids, logprobs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["Action", "Observation", "Policy", "chat_messages"]
+
+Observation = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Action:
+    """One completion and how it was produced.
+
+    ``error`` is set when the policy failed to produce an answer (server down, timeout, crash);
+    the game then receives ``text`` (usually empty) and records a forfeit.
+    """
+
+    text: str
+    prompt_token_ids: Sequence[int] | None = None
+    completion_token_ids: Sequence[int] | None = None
+    logprobs: Sequence[float] | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+
+    @classmethod
+    def forfeit(cls, error: str) -> Action:
+        return cls(text="", finish_reason="error", error=error)
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Anything with a ``name`` and a batched ``act``."""
+
+    name: str
+
+    def act(self, observations: Sequence[Observation]) -> Sequence[Action | str]:
+        """Return one action per observation, in order."""
+        ...
+
+
+def chat_messages(observation: Observation) -> list[dict[str, str]]:
+    """The observation as chat messages (system + user), ready for ``apply_chat_template``."""
+    return [
+        {"role": "system", "content": observation["system"]},
+        {"role": "user", "content": observation["prompt"]},
+    ]

@@ -1,0 +1,327 @@
+"""The batched multi-game runner (DESIGN §5).
+
+At each stage it gathers every pending observation across all games, groups them per policy,
+makes **one** ``act`` call per policy, and steps all games. It records one buffer row per
+(game, round, stage, player) with the prompt, the completion (and token ids/logprobs when the
+policy returns :class:`Action` records) and every reward component.
+
+Grouping for RL: ``games_per_document = G`` makes G consecutive games share a document (the
+paper's "8 rollouts per prompt"); ``replay_setup=True`` also shares the spy seat and masks, so
+each seat's performing prompt is identical across the group (exchangeable GRPO groups).
+
+A policy that raises, or returns the wrong number of actions, forfeits those seats: they
+act with an empty string (a recorded violation) and the row's ``error`` says why. The batch
+goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from spy_env.buffer import EpisodeBuffer
+from spy_env.config import GameConfig
+from spy_env.corpus import CorpusFilter, load_corpus
+from spy_env.env import parallel_env
+from spy_env.game import Game
+from spy_env.policy import Action, Policy, chat_messages
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Runner", "SeatPolicies", "rollout"]
+
+# Either one policy per seat for every game, or a function game_index -> one policy per seat.
+SeatPolicies = Sequence[Policy] | Callable[[int], Sequence[Policy]]
+
+
+@dataclass
+class _Slot:
+    """A game in flight."""
+
+    index: int
+    env: parallel_env
+    observations: dict[str, Any]
+    policies: Sequence[Policy]
+    group_id: int
+    seed: int
+    rows: dict[tuple[int, str, str], dict[str, Any]]  # (round, stage, agent) -> row
+
+
+class Runner:
+    """Plays many games at once with batched policy calls and fills an :class:`EpisodeBuffer`."""
+
+    def __init__(
+        self,
+        config: GameConfig | None = None,
+        *,
+        games_per_document: int = 1,
+        replay_setup: bool = False,
+        max_concurrent_games: int = 256,
+        keep_games: bool = False,
+        run_id: str | None = None,
+    ) -> None:
+        config = config or GameConfig()
+        if games_per_document < 1:
+            raise ValueError(f"games_per_document must be >= 1, got {games_per_document}")
+        if max_concurrent_games < 1:
+            raise ValueError(f"max_concurrent_games must be >= 1, got {max_concurrent_games}")
+        # Load the corpus once and hand the documents to every env.
+        if isinstance(config.corpus, tuple) and all(hasattr(d, "text") for d in config.corpus):
+            documents = config.corpus
+        else:
+            filt = CorpusFilter(truncate=config.max_document_chars)
+            documents = tuple(load_corpus(config.corpus, filt, max_documents=config.max_documents))
+        self.config = replace(config, corpus=documents, max_documents=None)
+        self.documents = documents
+        self.games_per_document = games_per_document
+        self.replay_setup = replay_setup
+        self.max_concurrent_games = max_concurrent_games
+        self.keep_games = keep_games
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.games: list[Game] = []
+        self._envs: list[parallel_env] = []
+
+    def run(
+        self,
+        policies: SeatPolicies,
+        num_games: int,
+        *,
+        seed: int = 0,
+        policy_version: int = 0,
+        progress: bool = False,
+        first_game_id: int = 0,
+    ) -> EpisodeBuffer:
+        """Play ``num_games`` games and return their rows."""
+        if num_games < 0:
+            raise ValueError(f"num_games must be >= 0, got {num_games}")
+        setups = self._setups(num_games, seed)
+        buffer = EpisodeBuffer()
+        tracker = _Progress(num_games, progress)
+        with tracker:
+            for start in range(0, num_games, self.max_concurrent_games):
+                batch = setups[start : start + self.max_concurrent_games]
+                slots = [
+                    self._start(first_game_id + i, setup, policies)
+                    for i, setup in zip(range(start, start + len(batch)), batch)
+                ]
+                while slots:
+                    self._stage(slots, policy_version)
+                    for slot in [s for s in slots if s.env.game.done]:
+                        buffer.extend(self._finish(slot))
+                        slots.remove(slot)
+                        tracker.advance()
+        return buffer
+
+    # ------------------------------------------------------------- internals
+    def _setups(self, num_games: int, seed: int) -> list[dict[str, Any]]:
+        """Per-game seed and reset options, decided up front from one seed."""
+        rng = np.random.default_rng(seed)
+        n_groups = -(-num_games // self.games_per_document)
+        order = rng.permutation(len(self.documents))
+        setups = []
+        for group in range(n_groups):
+            document_index = int(order[group % len(order)])
+            shared = {
+                "spy_seat": int(rng.integers(self.config.n_players)),
+                "degrade_seed": int(rng.integers(2**63 - 1)),
+            }
+            for _ in range(self.games_per_document):
+                if len(setups) == num_games:
+                    break
+                options = {"document_index": document_index}
+                if self.replay_setup:
+                    options.update(shared)
+                setups.append(
+                    {"seed": int(rng.integers(2**31 - 1)), "group": group, "options": options}
+                )
+        return setups
+
+    def _env(self, i: int) -> parallel_env:
+        while len(self._envs) <= i:
+            self._envs.append(parallel_env(self.config))
+        return self._envs[i]
+
+    def _start(self, game_index: int, setup: Mapping[str, Any], policies: SeatPolicies) -> _Slot:
+        env = self._env(game_index % self.max_concurrent_games)
+        observations, _ = env.reset(seed=setup["seed"], options=setup["options"])
+        seat_policies = policies(game_index) if callable(policies) else policies
+        if len(seat_policies) != self.config.n_players:
+            raise ValueError(
+                f"need one policy per seat ({self.config.n_players}), got {len(seat_policies)}"
+            )
+        return _Slot(
+            game_index, env, observations, seat_policies, setup["group"], setup["seed"], {}
+        )
+
+    def _stage(self, slots: Sequence[_Slot], policy_version: int) -> None:
+        """One stage for every game: one batched ``act`` per policy, then step every game."""
+        requests: dict[int, tuple[Policy, list[tuple[_Slot, str]]]] = {}
+        for slot in slots:
+            for agent in slot.env.agents:
+                policy = slot.policies[slot.env.seat_of[agent]]
+                requests.setdefault(id(policy), (policy, []))[1].append((slot, agent))
+        actions: dict[tuple[int, str], Action] = {}
+        for policy, items in requests.values():
+            for (slot, agent), action in zip(
+                items, _call(policy, [slot.observations[a] for slot, a in items])
+            ):
+                actions[(slot.index, agent)] = action
+        for slot in slots:
+            game = slot.env.game
+            stage, round_ = game.stage.value, game.round
+            agents = list(slot.env.agents)
+            step_actions = {a: actions[(slot.index, a)].text for a in agents}
+            for agent in agents:
+                action = actions[(slot.index, agent)]
+                slot.rows[(round_, stage, agent)] = self._row(
+                    slot, agent, stage, round_, action, policy_version
+                )
+            observations, _, _, _, infos = slot.env.step(step_actions)
+            for agent in agents:
+                row = slot.rows[(round_, stage, agent)]
+                row["violations"] = list(infos[agent].get("violations", []))
+                if stage == "vote":
+                    row["vote"] = -1 if infos[agent].get("vote") is None else infos[agent]["vote"]
+                if "reward_components" in infos[agent]:
+                    self._fill_rewards(slot, agent, round_, infos[agent])
+            slot.observations = observations
+
+    def _row(
+        self, slot: _Slot, agent: str, stage: str, round_: int, action: Action, version: int
+    ) -> dict:
+        seat = slot.env.seat_of[agent]
+        return {
+            "run_id": self.run_id,
+            "game_id": slot.index,
+            "game_seed": slot.seed,
+            "document_id": slot.env.game.document.id,
+            "group_id": slot.group_id,
+            "round": round_,
+            "stage": stage,
+            "seat": seat,
+            "agent": agent,
+            "agent_name": getattr(slot.policies[seat], "name", type(slot.policies[seat]).__name__),
+            "policy_version": version,
+            "prompt": chat_messages(slot.observations[agent]),
+            "completion": action.text,
+            "prompt_token_ids": list(action.prompt_token_ids or []),
+            "completion_token_ids": list(action.completion_token_ids or []),
+            "logprobs": [float(x) for x in (action.logprobs or [])],
+            "finish_reason": action.finish_reason or "",
+            "error": action.error or "",
+        }
+
+    def _fill_rewards(self, slot: _Slot, agent: str, round_: int, info: Mapping[str, Any]) -> None:
+        cfg, comps = self.config, info["reward_components"]
+        perform_row = slot.rows[(round_, "perform", agent)]
+        perform_row["reward_perform"] = comps["perform"]
+        perform_row["reward_penalty"] = comps["perform_penalty"]
+        perform_row["reward"] = (
+            cfg.weight_perform * comps["perform"] + cfg.weight_penalty * comps["perform_penalty"]
+        )
+        vote_row = slot.rows[(round_, "vote", agent)]
+        vote_row["reward_detect"] = comps["detect"]
+        vote_row["reward_penalty"] = comps["vote_penalty"]
+        vote_row["reward"] = (
+            cfg.weight_detect * comps["detect"] + cfg.weight_penalty * comps["vote_penalty"]
+        )
+        for row in (perform_row, vote_row):
+            row["votes_received"] = info["votes_received"]
+
+    def _finish(self, slot: _Slot) -> list[dict[str, Any]]:
+        game = slot.env.game
+        if self.keep_games:
+            self.games.append(game)
+        caught = any(log.result is not None and log.result.spy_caught for log in game.log)
+        rows = list(slot.rows.values())
+        for row in rows:
+            is_spy = row["seat"] == game.spy_seat
+            row["role"] = "spy" if is_spy else "civilian"
+            row["spy_seat"] = game.spy_seat
+            row["spy_caught"] = caught
+            row["trainable"] = not (
+                is_spy and row["stage"] == "vote" and not self.config.train_spy_vote
+            )
+        return rows
+
+
+def _call(policy: Policy, observations: list[Any]) -> list[Action]:
+    """One batched call; failures become forfeits instead of crashing the batch."""
+    try:
+        out = list(policy.act(observations))
+    except Exception as e:  # a policy bug or a dead backend must not kill every game
+        logger.warning(
+            "policy %s failed on a batch of %d: %r",
+            getattr(policy, "name", policy),
+            len(observations),
+            e,
+        )
+        return [Action.forfeit(f"{type(e).__name__}: {e}")] * len(observations)
+    if len(out) != len(observations):
+        error = f"policy returned {len(out)} actions for {len(observations)} observations"
+        logger.warning("%s", error)
+        return [Action.forfeit(error)] * len(observations)
+    return [_as_action(a) for a in out]
+
+
+def _as_action(action: Any) -> Action:
+    if isinstance(action, Action):
+        return action
+    if isinstance(action, str):
+        return Action(text=action)
+    return Action.forfeit(f"policy returned {type(action).__name__}, not str or Action")
+
+
+class _Progress:
+    """A rich progress bar over finished games (no-op when disabled)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.enabled, self._progress, self._task = total, enabled, None, None
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+            self._progress = Progress(
+                "[progress.description]{task.description}",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+            )
+            self._progress.start()
+            self._task = self._progress.add_task("games", total=self.total)
+        return self
+
+    def advance(self) -> None:
+        if self._progress is not None:
+            self._progress.advance(self._task)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+def rollout(
+    config: GameConfig | None,
+    policies: SeatPolicies,
+    num_games: int,
+    *,
+    seed: int = 0,
+    games_per_document: int = 1,
+    replay_setup: bool = False,
+    policy_version: int = 0,
+    progress: bool = False,
+    run_id: str | None = None,
+) -> EpisodeBuffer:
+    """Play ``num_games`` games with one policy per seat and return the episode buffer."""
+    runner = Runner(
+        config, games_per_document=games_per_document, replay_setup=replay_setup, run_id=run_id
+    )
+    return runner.run(
+        policies, num_games, seed=seed, policy_version=policy_version, progress=progress
+    )

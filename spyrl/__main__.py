@@ -1,0 +1,5 @@
+import sys
+
+from spyrl.cli import main
+
+sys.exit(main())

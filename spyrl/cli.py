@@ -1,0 +1,281 @@
+"""The ``spyrl`` command line: play, rollout, replay, baselines."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from spy_env.config import GameConfig
+from spy_env.degrade import DEGRADERS
+from spy_env.prompts import TASKS
+
+console = Console()
+
+
+# ---------------------------------------------------------------------------- helpers
+def _add_game_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("game")
+    g.add_argument("--players", type=int, default=5, help="players per game (3..10)")
+    g.add_argument("--rounds", type=int, default=1, help="maximum rounds (plurality elimination)")
+    g.add_argument(
+        "--degrade", choices=sorted(DEGRADERS), default=None, help="degradation operator g"
+    )
+    g.add_argument("--mask-ratio", type=float, default=None, help="share of the text g changes")
+    g.add_argument("--task", choices=sorted(TASKS), default="math")
+    g.add_argument(
+        "--corpus",
+        default="embedded",
+        help="'embedded', 'nemotron[:CONFIG]', 'hf:ID[:CONFIG]' or a path",
+    )
+    g.add_argument("--max-documents", type=int, default=None)
+    g.add_argument("--seed", type=int, default=0)
+    a = p.add_argument_group("agents")
+    a.add_argument(
+        "--agent", default="heuristic", help="agent spec for every seat (e.g. heuristic, random)"
+    )
+    a.add_argument(
+        "--seat",
+        action="append",
+        default=[],
+        metavar="K=SPEC",
+        help="agent of seat K (1-based), e.g. --seat 1=random; repeatable",
+    )
+
+
+def _game_config(args: argparse.Namespace) -> GameConfig:
+    return GameConfig(
+        n_players=args.players,
+        rounds=args.rounds,
+        degrade=args.degrade,
+        mask_ratio=args.mask_ratio,
+        task=args.task,
+        corpus=args.corpus,
+        max_documents=args.max_documents,
+    )
+
+
+def _seat_policies(args: argparse.Namespace, n_players: int) -> list[Any]:
+    """One policy per seat; seats with the same spec share one instance (one batched call)."""
+    import agents
+
+    specs = [args.agent] * n_players
+    for item in args.seat:
+        key, sep, spec = item.partition("=")
+        if not sep or not key.strip().isdigit() or not spec:
+            raise ValueError(f"--seat expects K=SPEC with K in 1..{n_players}, got {item!r}")
+        k = int(key)
+        if not 1 <= k <= n_players:
+            raise ValueError(f"--seat {item!r}: seat must be in 1..{n_players}")
+        specs[k - 1] = spec
+    cache: dict[str, Any] = {}
+    for spec in specs:
+        if spec not in cache:
+            cache[spec] = agents.load(spec, seed=args.seed)
+    return [cache[spec] for spec in specs]
+
+
+def _results_table(rows: Sequence[dict[str, Any]], n_players: int) -> Table:
+    table = Table(title="Results")
+    for col in (
+        "player",
+        "role",
+        "agent",
+        "votes recv.",
+        "voted",
+        "detect",
+        "perform",
+        "penalty",
+        "reward",
+        "violations",
+    ):
+        table.add_column(
+            col, justify="right" if col not in ("role", "agent", "violations") else "left"
+        )
+    for seat in range(n_players):
+        mine = [r for r in rows if r["seat"] == seat]
+        if not mine:
+            continue
+        votes = [r for r in mine if r["stage"] == "vote"]
+        voted = ", ".join("N/A" if r["vote"] < 0 else str(r["vote"] + 1) for r in votes)
+        received = sum(r["votes_received"] for r in votes)
+        detect = sum(r["reward_detect"] for r in mine)
+        perform = sum(r["reward_perform"] for r in mine)
+        penalty = sum(r["reward_penalty"] for r in mine)
+        reward = sum(r["reward"] for r in mine)
+        violations = sorted({v for r in mine for v in r["violations"]})
+        role = mine[0]["role"]
+        table.add_row(
+            f"Player {seat + 1}",
+            f"[red]{role}[/red]" if role == "spy" else f"[green]{role}[/green]",
+            mine[0]["agent_name"],
+            str(received),
+            voted,
+            f"{detect:+.3f}",
+            f"{perform:+.3f}",
+            f"{penalty:+.3f}",
+            f"{reward:+.3f}",
+            ", ".join(violations) or "-",
+        )
+    return table
+
+
+# --------------------------------------------------------------------------- commands
+def cmd_play(args: argparse.Namespace) -> int:
+    from spy_env.runner import Runner
+    from spy_env.transcript import transcript
+
+    config = _game_config(args)
+    policies = _seat_policies(args, config.n_players)
+    runner = Runner(config, keep_games=True)
+    with console.status("playing a game..."):
+        buffer = runner.run(policies, 1, seed=args.seed)
+    game = runner.games[0]
+    console.print(transcript(game, full=args.full))
+    console.print(_results_table(buffer.rows, config.n_players))
+    if args.out:
+        buffer.save(args.out)
+        console.print(f"episode buffer written to {args.out}")
+    return 0
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    from spy_env.metrics import game_metrics
+    from spy_env.runner import Runner
+
+    config = _game_config(args)
+    policies = _seat_policies(args, config.n_players)
+    runner = Runner(
+        config, games_per_document=args.games_per_document, replay_setup=args.replay_setup
+    )
+    buffer = runner.run(policies, args.games, seed=args.seed, progress=not args.quiet)
+    path = buffer.save(args.out)
+    metrics = game_metrics(buffer)
+    console.print(f"{len(buffer)} rows from {args.games} games written to {path}")
+    console.print(json.dumps({k: round(v, 4) for k, v in metrics.items()}, indent=2))
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from spy_env.buffer import EpisodeBuffer
+
+    buffer = EpisodeBuffer.load(args.file)
+    games = buffer.games()
+    if args.game is not None:
+        games = {k: v for k, v in games.items() if k[1] == args.game}
+        if not games:
+            console.print(f"[red]no game with id {args.game} in {args.file}[/red]")
+            return 1
+    for shown, ((run_id, game_id), rows) in enumerate(games.items()):
+        if shown >= args.limit:
+            console.print(f"... {len(games) - shown} more games (use --limit)")
+            break
+        n_players = max(r["seat"] for r in rows) + 1
+        console.rule(f"game {game_id} (run {run_id}) · document {rows[0]['document_id']}")
+        for row in rows:
+            who = f"Player {row['seat'] + 1}"
+            if row["stage"] == "perform":
+                text = row["completion"] if args.full else row["completion"][:600]
+                console.print(f"[bold]{who}[/bold] performs (round {row['round'] + 1}):")
+                console.print(text, markup=False, highlight=False)
+            else:
+                target = "N/A" if row["vote"] < 0 else f"Player {row['vote'] + 1}"
+                console.print(f"[bold]{who}[/bold] votes {target}")
+        spy = rows[0]["spy_seat"]
+        verdict = "caught" if rows[0]["spy_caught"] else "survived"
+        console.print(f"[bold red]The spy was Player {spy + 1}; it {verdict}.[/bold red]")
+        console.print(_results_table(rows, n_players))
+    return 0
+
+
+def cmd_baselines(args: argparse.Namespace) -> int:
+    import agents
+    from spy_env.metrics import game_metrics
+    from spy_env.runner import Runner
+
+    operators = sorted(DEGRADERS) if args.degrade == "all" else args.degrade.split(",")
+    specs = args.agents.split(",")
+    results = []
+    for operator in operators:
+        config = GameConfig(n_players=args.players, degrade=operator)
+        runner = Runner(config)
+        for spec in specs:
+            policy = agents.load(spec, seed=args.seed)
+            buffer = runner.run([policy] * config.n_players, args.games, seed=args.seed)
+            m = game_metrics(buffer)
+            results.append((operator, spec, m))
+    lines = [
+        "| degrade | agent | detection accuracy | spy caught | N/A rate | games |",
+        "|---|---|---|---|---|---|",
+    ]
+    for operator, spec, m in results:
+        lines.append(
+            f"| {operator} | {spec} | {m['detection_accuracy']:.3f} | {m['spy_caught_rate']:.3f} "
+            f"| {m['na_rate']:.3f} | {int(m['games'])} |"
+        )
+    print("\n".join(lines))
+    return 0
+
+
+# ------------------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="spyrl", description="RLSVR / SpyRL: Who Is the Spy? over math documents"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("play", help="play one game and print its transcript and rewards")
+    _add_game_args(p)
+    p.add_argument("--full", action="store_true", help="do not clip long texts")
+    p.add_argument(
+        "--out", default=None, help="also save the game's episode buffer (.parquet/.jsonl)"
+    )
+    p.set_defaults(func=cmd_play)
+
+    p = sub.add_parser("rollout", help="play N games and save an episode buffer")
+    _add_game_args(p)
+    p.add_argument("--games", type=int, default=100)
+    p.add_argument("--out", required=True, help="output file, .parquet or .jsonl")
+    p.add_argument("--games-per-document", type=int, default=1)
+    p.add_argument(
+        "--replay-setup", action="store_true", help="games of a group share spy seat and masks"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_rollout)
+
+    p = sub.add_parser("replay", help="render games from an episode buffer")
+    p.add_argument("file")
+    p.add_argument("--game", type=int, default=None, help="only this game id")
+    p.add_argument("--limit", type=int, default=5, help="at most this many games")
+    p.add_argument("--full", action="store_true")
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser(
+        "baselines", help="detection accuracy of scripted agents per degradation operator"
+    )
+    p.add_argument("--games", type=int, default=500)
+    p.add_argument("--players", type=int, default=5)
+    p.add_argument("--degrade", default="all", help="'all' or a comma-separated list")
+    p.add_argument("--agents", default="heuristic,random")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_baselines)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as e:
+        console.print(f"[red]error:[/red] {e}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

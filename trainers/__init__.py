@@ -1,0 +1,1 @@
+"""trainers: SpyRL GRPO over episode buffers (see DESIGN §6; in progress)."""
