@@ -45,7 +45,7 @@ def spy_games_per_second(games: int) -> tuple[float, float]:
     start = time.perf_counter()
     for g in range(games):
         env.reset(seed=g)
-        for agent in env.agent_iter():
+        for _agent in env.agent_iter():
             obs, _, term, trunc, _ = env.last()
             if term or trunc:
                 env.step(None)
@@ -72,7 +72,7 @@ def connect_four_steps_per_second(steps: int) -> float:
     start = time.perf_counter()
     while done_steps < steps:
         env.reset(seed=int(rng.integers(1 << 30)))
-        for agent in env.agent_iter():
+        for _agent in env.agent_iter():
             obs, _, term, trunc, _ = env.last()
             if term or trunc:
                 env.step(None)

@@ -275,7 +275,7 @@ class SpyGame:
         return obs
 
     def _render(self, seat: int) -> dict[str, Any]:
-        game, cfg, n = self.game, self.config, self.config.n_players
+        game, n = self.game, self.config.n_players
         assert game is not None
         voting = game.stage is not Stage.PERFORM
         fields = {

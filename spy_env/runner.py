@@ -107,7 +107,7 @@ class Runner:
                 batch = setups[start : start + self.max_concurrent_games]
                 slots = [
                     self._start(first_game_id + i, setup, policies)
-                    for i, setup in zip(range(start, start + len(batch)), batch)
+                    for i, setup in zip(range(start, start + len(batch)), batch, strict=True)
                 ]
                 while slots:
                     self._stage(slots, policy_version)
@@ -168,7 +168,7 @@ class Runner:
         actions: dict[tuple[int, str], Action] = {}
         for policy, items in requests.values():
             for (slot, agent), action in zip(
-                items, _call(policy, [slot.observations[a] for slot, a in items])
+                items, _call(policy, [slot.observations[a] for slot, a in items]), strict=True
             ):
                 actions[(slot.index, agent)] = action
         for slot in slots:
