@@ -105,6 +105,8 @@ class EpisodeBuffer:
     def to_dataset(self):
         from datasets import Dataset
 
+        if not self.rows:
+            return Dataset.from_dict({name: [] for name in COLUMNS}, features=features())
         return Dataset.from_list(self.rows, features=features())
 
     @classmethod

@@ -1,0 +1,78 @@
+"""The spyrl command line, run as a user would (subprocesses)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def spyrl(*args, timeout=300):
+    env = dict(os.environ, COLUMNS="160")
+    proc = subprocess.run(
+        [sys.executable, "-m", "spyrl", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    return proc.stdout
+
+
+def test_play_prints_a_transcript_that_reveals_the_spy_and_rewards():
+    out = spyrl("play", "--seed", "4", "--seat", "2=random")
+    assert "Round 1: performances" in out and "Round 1: votes" in out
+    assert "The spy was Player" in out
+    assert "Results" in out and "detect" in out and "perform" in out and "penalty" in out
+    for k in range(1, 6):
+        assert f"Player {k}" in out
+
+
+def test_rollout_then_replay(tmp_path):
+    path = tmp_path / "games.parquet"
+    out = spyrl(
+        "rollout",
+        "--games",
+        "30",
+        "--out",
+        str(path),
+        "--games-per-document",
+        "3",
+        "--replay-setup",
+        "--quiet",
+    )
+    assert path.exists() and "detection_accuracy" in out
+    out = spyrl("replay", str(path), "--limit", "2")
+    assert out.count("The spy was Player") == 2 and "more games" in out
+
+
+def test_bad_arguments_give_clear_errors():
+    proc = subprocess.run(
+        [sys.executable, "-m", "spyrl", "play", "--players", "1"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2 and "n_players" in proc.stdout
+
+
+def test_baselines_table():
+    out = spyrl("baselines", "--games", "20", "--degrade", "perturb_numbers,blank")
+    assert "| perturb_numbers | heuristic |" in out and "| blank | random |" in out
+
+
+def test_env_benchmark_runs():
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/env_throughput.py", "--games", "30", "--c4-steps", "300"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "games/s" in proc.stdout and "ratio" in proc.stdout

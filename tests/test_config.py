@@ -1,0 +1,63 @@
+"""GameConfig validation: bad values raise ValueError naming the field."""
+
+from __future__ import annotations
+
+import pytest
+
+import spy_env
+from spy_env import GameConfig
+
+BAD = [
+    ("task", "poetry"),
+    ("n_players", 2),
+    ("n_players", 11),
+    ("n_players", 5.0),
+    ("rounds", 0),
+    ("degrade", "shuffle"),
+    ("mask_ratio", 1.0),
+    ("mask_ratio", 0),
+    ("beta", 0),
+    ("lam", -1),
+    ("weight_detect", float("nan")),
+    ("penalty_copy", 0.5),
+    ("copy_min_words", 2),
+    ("max_performance_chars", 10),
+    ("max_documents", 0),
+    ("prompts", {"preface": "x"}),
+    ("prompts", {"perform": "{unknown_field}"}),
+    ("prompts", {"vote": "{player"}),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), BAD, ids=[f"{f}={v!r}" for f, v in BAD])
+def test_bad_values_name_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        GameConfig(**{field: value})
+
+
+def test_unknown_fields_and_defaults():
+    with pytest.raises(ValueError, match="unknown fields"):
+        spy_env.make(players=5)
+    cfg = GameConfig()
+    assert (cfg.n_players, cfg.rounds, cfg.resolved_degrade, cfg.resolved_ratio) == (
+        5,
+        1,
+        "mask_spans",
+        0.4,
+    )
+    assert GameConfig(task="summary").resolved_ratio == 0.2
+    assert GameConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_prompt_overrides_are_used():
+    env = spy_env.parallel_env(prompts={"perform": "P{player}/{n_players}: {document}"})
+    obs, _ = env.reset(seed=0)
+    assert obs["player_1"]["prompt"].startswith("P2/5: ")
+
+
+@pytest.mark.parametrize("task", ["summary", "writing"])
+def test_other_tasks_do_not_require_boxed(task):
+    env = spy_env.parallel_env(task=task, n_players=3)
+    env.reset(seed=0)
+    _, _, _, _, infos = env.step(dict.fromkeys(env.agents, "A faithful summary."))
+    assert all("no_answer" not in infos[a]["violations"] for a in infos)
