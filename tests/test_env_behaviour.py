@@ -143,7 +143,7 @@ def test_spy_seat_is_uniform():
 def test_render_modes(capsys):
     env = spy_env.make(render_mode="ansi", n_players=3)
     env.reset(seed=0)
-    for agent in env.agent_iter():
+    for _agent in env.agent_iter():
         obs, _, term, trunc, _ = env.last()
         if term or trunc:
             env.step(None)

@@ -123,7 +123,7 @@ def test_every_game_is_zero_sum_per_round(seed, rounds, n):
     rng = np.random.default_rng(seed)
     env = spy_env.make(n_players=n, rounds=rounds)
     env.reset(seed=seed)
-    for agent in env.agent_iter():
+    for _agent in env.agent_iter():
         obs, _, term, trunc, _ = env.last()
         if term or trunc:
             env.step(None)

@@ -165,7 +165,7 @@ def test_save_is_atomic(tmp_path, monkeypatch):
         rollout(GameConfig(n_players=3), [agents.load("random")] * 3, 5, seed=1).save(path)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["buf.parquet"]  # no temp file left behind
-    with pytest.raises(ValueError, match="parquet or .jsonl"):
+    with pytest.raises(ValueError, match=r"parquet or \.jsonl"):
         good.save(tmp_path / "buf.csv")
 
 
