@@ -110,6 +110,8 @@ class Runner:
                     for i, setup in zip(range(start, start + len(batch)), batch, strict=True)
                 ]
                 while slots:
+                    game = slots[0].env.game
+                    tracker.stage(f"round {game.round + 1} · {game.stage.value}")
                     self._stage(slots, policy_version)
                     for slot in [s for s in slots if s.env.game.done]:
                         buffer.extend(self._finish(slot))
@@ -285,17 +287,28 @@ class _Progress:
 
     def __enter__(self) -> _Progress:
         if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                SpinnerColumn,
+                TimeElapsedColumn,
+            )
 
             self._progress = Progress(
+                SpinnerColumn(),
                 "[progress.description]{task.description}",
                 BarColumn(),
                 MofNCompleteColumn(),
-                TimeRemainingColumn(),
+                TimeElapsedColumn(),
             )
             self._progress.start()
             self._task = self._progress.add_task("games", total=self.total)
         return self
+
+    def stage(self, description: str) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, description=f"games ({description})")
 
     def advance(self) -> None:
         if self._progress is not None:

@@ -1,4 +1,4 @@
-"""The ``spyrl`` command line: play, rollout, replay, baselines."""
+"""The ``spyrl`` command line: play, rollout, replay, tournament, baselines."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from spy_env.config import GameConfig
 from spy_env.degrade import DEGRADERS
 from spy_env.prompts import TASKS
 
-console = Console()
+# Wide enough for the results table when the output is not a terminal.
+console = Console(width=None if sys.stdout.isatty() else 160)
 
 
 # ---------------------------------------------------------------------------- helpers
-def _add_game_args(p: argparse.ArgumentParser) -> None:
+def _add_game_args(p: argparse.ArgumentParser, default_agent: str = "heuristic") -> None:
     g = p.add_argument_group("game")
     g.add_argument("--players", type=int, default=5, help="players per game (3..10)")
     g.add_argument("--rounds", type=int, default=1, help="maximum rounds (plurality elimination)")
@@ -37,7 +38,11 @@ def _add_game_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0)
     a = p.add_argument_group("agents")
     a.add_argument(
-        "--agent", default="heuristic", help="agent spec for every seat (e.g. heuristic, random)"
+        "--agent",
+        default=default_agent,
+        help="agent spec for every seat: heuristic, random, smollm2, hf:PATH, vllm:ID, "
+        "openai:MODEL@URL, human"
+        + (" (auto: smollm2 when installed, else heuristic)" if default_agent == "auto" else ""),
     )
     a.add_argument(
         "--seat",
@@ -45,6 +50,13 @@ def _add_game_args(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="K=SPEC",
         help="agent of seat K (1-based), e.g. --seat 1=random; repeatable",
+    )
+    s = p.add_argument_group("LLM sampling")
+    s.add_argument("--temperature", type=float, default=0.7)
+    s.add_argument("--top-p", type=float, default=1.0)
+    s.add_argument("--max-new-tokens", type=int, default=128)
+    s.add_argument(
+        "--batch-size", type=int, default=16, help="generation batch size of local models"
     )
 
 
@@ -60,10 +72,31 @@ def _game_config(args: argparse.Namespace) -> GameConfig:
     )
 
 
-def _seat_policies(args: argparse.Namespace, n_players: int) -> list[Any]:
-    """One policy per seat; seats with the same spec share one instance (one batched call)."""
+def _load_agent(spec: str, args: argparse.Namespace) -> Any:
     import agents
 
+    if spec == "auto":
+        from agents import smollm2
+
+        spec = "smollm2" if smollm2.is_available() else "heuristic"
+    kind = spec.split(":")[0]
+    kwargs: dict[str, Any] = {"seed": args.seed}
+    if kind in ("hf", "smollm2", "vllm", "openai"):
+        kwargs["sampling"] = agents.SamplingParams(
+            temperature=args.temperature,
+            top_p=args.top_p,
+            max_new_tokens=args.max_new_tokens,
+            seed=args.seed,
+        )
+    if kind in ("hf", "smollm2"):
+        kwargs["batch_size"] = args.batch_size
+    note = " (the first time converts SmolLM2, about 20 s)" if kind == "smollm2" else ""
+    with console.status(f"loading agent {spec}{note}"):
+        return agents.load(spec, **kwargs)
+
+
+def _seat_policies(args: argparse.Namespace, n_players: int) -> list[Any]:
+    """One policy per seat; seats with the same spec share one instance (one batched call)."""
     specs = [args.agent] * n_players
     for item in args.seat:
         key, sep, spec = item.partition("=")
@@ -76,7 +109,7 @@ def _seat_policies(args: argparse.Namespace, n_players: int) -> list[Any]:
     cache: dict[str, Any] = {}
     for spec in specs:
         if spec not in cache:
-            cache[spec] = agents.load(spec, seed=args.seed)
+            cache[spec] = _load_agent(spec, args)
     return [cache[spec] for spec in specs]
 
 
@@ -133,8 +166,7 @@ def cmd_play(args: argparse.Namespace) -> int:
     config = _game_config(args)
     policies = _seat_policies(args, config.n_players)
     runner = Runner(config, keep_games=True)
-    with console.status("playing a game..."):
-        buffer = runner.run(policies, 1, seed=args.seed)
+    buffer = runner.run(policies, 1, seed=args.seed, progress=True)
     game = runner.games[0]
     console.print(transcript(game, full=args.full))
     console.print(_results_table(buffer.rows, config.n_players))
@@ -222,6 +254,23 @@ def cmd_baselines(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tournament(args: argparse.Namespace) -> int:
+    from agents.tournament import run_tournament
+
+    config = _game_config(args)
+    names = [name.strip() for name in args.agents.split(",") if name.strip()]
+    if len(set(names)) != len(names):
+        raise ValueError(f"--agents lists an agent twice: {args.agents!r}")
+    policies = {name: _load_agent(name, args) for name in names}
+    result = run_tournament(
+        policies, args.games, config=config, seed=args.seed, progress=not args.quiet
+    )
+    paths = result.save(args.out)
+    print(result.table())
+    console.print(f"written to {args.out}: " + ", ".join(p.name for p in paths.values()))
+    return 0
+
+
 # ------------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -230,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("play", help="play one game and print its transcript and rewards")
-    _add_game_args(p)
+    _add_game_args(p, default_agent="auto")
     p.add_argument("--full", action="store_true", help="do not clip long texts")
     p.add_argument(
         "--out", default=None, help="also save the game's episode buffer (.parquet/.jsonl)"
@@ -256,6 +305,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser(
+        "tournament", help="mixed tables of agents: per-agent metrics, ratings, chart"
+    )
+    _add_game_args(p)
+    p.add_argument("--agents", default="heuristic,random", help="comma-separated agent specs")
+    p.add_argument(
+        "--games", type=int, default=60, help="number of games; every agent sits at every game"
+    )
+    p.add_argument("--out", default="runs/tournament", help="output folder")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_tournament)
+
+    p = sub.add_parser(
         "baselines", help="detection accuracy of scripted agents per degradation operator"
     )
     p.add_argument("--games", type=int, default=500)
@@ -268,6 +329,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        import datasets
+
+        datasets.disable_progress_bars()  # the CLI shows its own progress
+    except ImportError:  # pragma: no cover - core dependency
+        pass
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

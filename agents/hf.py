@@ -1,0 +1,243 @@
+"""``hf`` backend: a transformers causal LM generating in batches, on CPU or GPU.
+
+Prompts are built with the tokenizer's chat template, sorted by length, left-padded and
+generated in chunks of ``batch_size``. Every :class:`~spy_env.policy.Action` carries the prompt
+and completion token ids and the log-probability of each sampled token under the model
+(temperature 1, before top-p/top-k filtering: the quantity a policy-gradient ratio needs; the
+same convention as vLLM's raw logprobs). The completion includes the EOS token when generation
+stopped on it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from agents.sampling import SamplingParams
+from spy_env.policy import Action, Observation, chat_messages
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["HFPolicy", "resolve_device", "resolve_dtype"]
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as e:
+        raise ImportError(
+            "the hf backend needs torch and transformers: pip install 'spyrl[hf]'"
+        ) from e
+    return torch
+
+
+def resolve_device(device: str = "auto") -> str:
+    torch = _torch()
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def resolve_dtype(dtype: Any, device: str):
+    torch = _torch()
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    if isinstance(dtype, str):
+        try:
+            return {
+                "float32": torch.float32,
+                "fp32": torch.float32,
+                "bfloat16": torch.bfloat16,
+                "bf16": torch.bfloat16,
+                "float16": torch.float16,
+                "fp16": torch.float16,
+            }[dtype]
+        except KeyError as e:
+            raise ValueError(
+                f"dtype must be auto, float32, bfloat16 or float16, got {dtype!r}"
+            ) from e
+    return dtype
+
+
+class _SampledLogprobs:
+    """Logits processor that records log p(token) of each sampled token from the raw logits.
+
+    At step t it sees the token sampled at step t-1 (the last column of ``input_ids``) and
+    gathers its log-probability from the previous step's distribution, so it holds only one
+    (B, V) tensor at a time instead of all logits.
+    """
+
+    def __init__(self) -> None:
+        self.previous = None
+        self.columns: list[Any] = []
+
+    def __call__(self, input_ids, scores):
+        torch = _torch()
+        if self.previous is not None:
+            self.columns.append(self.previous.gather(1, input_ids[:, -1:]).squeeze(1))
+        self.previous = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def finish(self, sequences):
+        """(B, T) log-probs of the T generated tokens, given the final ``sequences``."""
+        torch = _torch()
+        if self.previous is not None:
+            self.columns.append(self.previous.gather(1, sequences[:, -1:]).squeeze(1))
+        if not self.columns:
+            return torch.zeros(sequences.shape[0], 0)
+        return torch.stack(self.columns, dim=1)
+
+
+class HFPolicy:
+    """A transformers model as a batched policy."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        sampling: SamplingParams | None = None,
+        name: str = "hf",
+        batch_size: int = 16,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.sampling = sampling or SamplingParams()
+        self.name = name
+        self.batch_size = batch_size
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self._calls = 0
+        eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
+        self.pad_id = (
+            tokenizer.pad_token_id
+            if tokenizer.pad_token_id is not None
+            else next(iter(self.eos_ids))
+        )
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str,
+        *,
+        dtype: Any = "auto",
+        device: str = "auto",
+        gguf_file: str | None = None,
+        sampling: SamplingParams | None = None,
+        name: str | None = None,
+        batch_size: int = 16,
+        **model_kwargs: Any,
+    ) -> HFPolicy:
+        """Load a model and tokenizer by hub id or local folder (``gguf_file`` for GGUF weights)."""
+        _torch()
+        try:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as e:
+            raise ImportError("the hf backend needs transformers: pip install 'spyrl[hf]'") from e
+        device = resolve_device(device)
+        extra = {"gguf_file": gguf_file} if gguf_file else {}
+        tokenizer = AutoTokenizer.from_pretrained(path, **extra)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=resolve_dtype(dtype, device), **extra, **model_kwargs
+        )
+        model.to(device).eval()
+        return cls(
+            model, tokenizer, sampling=sampling, name=name or f"hf:{path}", batch_size=batch_size
+        )
+
+    # ------------------------------------------------------------------ policy
+    def act(self, observations: Sequence[Observation]) -> list[Action]:
+        return self.generate([self.encode(obs) for obs in observations])
+
+    def encode(self, observation: Observation) -> list[int]:
+        """Prompt token ids of an observation, through the tokenizer's chat template."""
+        messages = chat_messages(observation)
+        try:
+            ids = self._template(messages)
+        except Exception:  # templates that reject a system turn: fold it into the user turn
+            merged = [
+                {
+                    "role": "user",
+                    "content": messages[0]["content"] + "\n\n" + messages[1]["content"],
+                }
+            ]
+            ids = self._template(merged)
+        return list(ids)
+
+    def _template(self, messages: list[dict[str, str]]) -> list[int]:
+        out = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, **self.chat_template_kwargs
+        )
+        if hasattr(out, "keys"):  # BatchEncoding
+            out = out["input_ids"]
+        return out
+
+    def generate(self, prompts: Sequence[Sequence[int]]) -> list[Action]:
+        """Generate one completion per prompt (token ids), in length-sorted chunks."""
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        results: list[Action | None] = [None] * len(prompts)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            for i, action in zip(
+                chunk, self._generate_batch([prompts[i] for i in chunk]), strict=True
+            ):
+                results[i] = action
+        return results  # type: ignore[return-value]
+
+    def _generation_config(self):
+        from transformers import GenerationConfig
+
+        s = self.sampling
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": s.max_new_tokens,
+            "do_sample": not s.greedy,
+            "pad_token_id": self.pad_id,
+            "eos_token_id": sorted(self.eos_ids),
+        }
+        if not s.greedy:
+            kwargs.update(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k or None)
+        return GenerationConfig(**kwargs)
+
+    def _generate_batch(self, prompts: Sequence[Sequence[int]]) -> list[Action]:
+        torch = _torch()
+        from transformers import LogitsProcessorList
+
+        device = next(self.model.parameters()).device
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):  # left padding
+            input_ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            attention_mask[row, width - len(prompt) :] = 1
+        if self.sampling.seed is not None:
+            torch.manual_seed(self.sampling.seed + self._calls)
+        self._calls += 1
+        recorder = _SampledLogprobs()
+        with torch.inference_mode():
+            sequences = self.model.generate(
+                input_ids=input_ids.to(device),
+                attention_mask=attention_mask.to(device),
+                generation_config=self._generation_config(),
+                logits_processor=LogitsProcessorList([recorder]),
+            )
+        completions = sequences[:, width:].cpu()
+        logprobs = recorder.finish(sequences).cpu()
+        actions = []
+        for row, prompt in enumerate(prompts):
+            tokens = completions[row].tolist()
+            stop = next((i for i, t in enumerate(tokens) if t in self.eos_ids), None)
+            kept = tokens if stop is None else tokens[: stop + 1]
+            actions.append(
+                Action(
+                    text=self.tokenizer.decode(kept, skip_special_tokens=True),
+                    prompt_token_ids=list(prompt),
+                    completion_token_ids=kept,
+                    logprobs=logprobs[row, : len(kept)].tolist(),
+                    finish_reason="stop" if stop is not None else "length",
+                )
+            )
+        return actions

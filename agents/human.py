@@ -1,0 +1,58 @@
+"""``human``: play a seat from the terminal.
+
+Each observation's prompt is printed; the reply is typed over one or more lines and ends with
+a line holding a single ``.`` (or end of input). In the detection stage a bare number or
+``N/A`` is wrapped into ``<vote>…</vote>`` for convenience.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from spy_env.policy import Observation
+
+__all__ = ["HumanPolicy"]
+
+_BARE_VOTE = re.compile(r"^\s*(\d{1,2}|n/?a)\s*$", re.IGNORECASE)
+
+
+class HumanPolicy:
+    """A person at the keyboard (``input_fn`` and ``print_fn`` are injectable for tests)."""
+
+    def __init__(
+        self,
+        name: str = "human",
+        input_fn: Callable[[str], str] = input,
+        print_fn: Callable[[str], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.input_fn = input_fn
+        if print_fn is None:
+            from rich.console import Console
+
+            console = Console()
+            print_fn = lambda text: console.print(text, markup=False, highlight=False)  # noqa: E731
+        self.print_fn = print_fn
+
+    def act(self, observations: Sequence[Observation]) -> list[str]:
+        return [self._one(obs) for obs in observations]
+
+    def _one(self, obs: Observation) -> str:
+        stage = "VOTE" if obs["stage"] == 1 else "PERFORM"
+        self.print_fn(f"\n===== Player {obs['seat'] + 1}: {stage} =====\n{obs['prompt']}\n")
+        hint = "your vote (a player number or N/A)" if stage == "VOTE" else "your performance"
+        self.print_fn(f"Type {hint}; end with a line containing only '.'")
+        lines = []
+        while True:
+            try:
+                line = self.input_fn("> ")
+            except EOFError:
+                break
+            if line.strip() == ".":
+                break
+            lines.append(line)
+        text = "\n".join(lines)
+        if stage == "VOTE" and _BARE_VOTE.match(text):
+            text = f"<vote>{text.strip().upper() if 'a' in text.lower() else text.strip()}</vote>"
+        return text
