@@ -120,3 +120,19 @@ def test_main_command_plays_with_smollm2():
         )
     out = spyrl("play", "--players", "3", "--max-new-tokens", "16", "--seed", "1")
     assert "smollm2" in out and "The spy was Player" in out
+
+
+@pytest.mark.parametrize("script", ["quickstart.py", "custom_policy.py"])
+def test_examples_run(script):
+    proc = subprocess.run(
+        [sys.executable, f"examples/{script}"], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "spy" in proc.stdout
+
+
+def test_gpu_examples_compile():
+    import py_compile
+
+    for script in ("vllm_games.py", "openai_server_games.py"):
+        py_compile.compile(str(ROOT / "examples" / script), doraise=True)
