@@ -89,6 +89,25 @@ class _SampledLogprobs:
         return torch.stack(self.columns, dim=1)
 
 
+class _Constrain:
+    """Logits processor that allows only the planned token ids at each step of a row."""
+
+    def __init__(self, plans: Sequence[list[list[int]] | None], prompt_width: int) -> None:
+        self.plans = plans
+        self.width = prompt_width
+
+    def __call__(self, input_ids, scores):
+        step = input_ids.shape[1] - self.width
+        for row, plan in enumerate(self.plans):
+            if plan is None:
+                continue
+            allowed = plan[min(step, len(plan) - 1)]
+            keep = scores[row, allowed].clone()
+            scores[row] = float("-inf")
+            scores[row, allowed] = keep
+        return scores
+
+
 class HFPolicy:
     """A transformers model as a batched policy."""
 
@@ -101,6 +120,7 @@ class HFPolicy:
         name: str = "hf",
         batch_size: int = 16,
         chat_template_kwargs: dict[str, Any] | None = None,
+        constrained_votes: bool = False,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -110,6 +130,7 @@ class HFPolicy:
         self.name = name
         self.batch_size = batch_size
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.constrained_votes = constrained_votes
         self._calls = 0
         eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
@@ -130,6 +151,7 @@ class HFPolicy:
         sampling: SamplingParams | None = None,
         name: str | None = None,
         batch_size: int = 16,
+        constrained_votes: bool = False,
         **model_kwargs: Any,
     ) -> HFPolicy:
         """Load a model and tokenizer by hub id or local folder (``gguf_file`` for GGUF weights)."""
@@ -146,12 +168,35 @@ class HFPolicy:
         )
         model.to(device).eval()
         return cls(
-            model, tokenizer, sampling=sampling, name=name or f"hf:{path}", batch_size=batch_size
+            model,
+            tokenizer,
+            sampling=sampling,
+            name=name or f"hf:{path}",
+            batch_size=batch_size,
+            constrained_votes=constrained_votes,
         )
 
     # ------------------------------------------------------------------ policy
     def act(self, observations: Sequence[Observation]) -> list[Action]:
-        return self.generate([self.encode(obs) for obs in observations])
+        plans = [self.vote_plan(obs) for obs in observations] if self.constrained_votes else None
+        return self.generate([self.encode(obs) for obs in observations], plans)
+
+    def vote_plan(self, observation: Observation) -> list[list[int]] | None:
+        """Allowed token ids per step for a constrained vote ``<vote>k</vote><eos>``, or None.
+
+        Only detection-stage observations are constrained, and only when every legal ``k``
+        is a single token; the sampled choice is then the token ``k`` among the legal seats.
+        """
+        if observation.get("stage") != 1:
+            return None
+        seats = [i for i, ok in enumerate(observation["vote_targets"]) if ok]
+        digits = [self.tokenizer.encode(str(s + 1), add_special_tokens=False) for s in seats]
+        if not seats or any(len(d) != 1 for d in digits):
+            return None
+        prefix = self.tokenizer.encode("<vote>", add_special_tokens=False)
+        suffix = self.tokenizer.encode("</vote>", add_special_tokens=False)
+        eos = sorted(self.eos_ids)[:1]
+        return [[t] for t in prefix] + [[d[0] for d in digits]] + [[t] for t in suffix] + [eos]
 
     def encode(self, observation: Observation) -> list[int]:
         """Prompt token ids of an observation, through the tokenizer's chat template."""
@@ -176,15 +221,22 @@ class HFPolicy:
             out = out["input_ids"]
         return out
 
-    def generate(self, prompts: Sequence[Sequence[int]]) -> list[Action]:
-        """Generate one completion per prompt (token ids), in length-sorted chunks."""
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        plans: Sequence[list[list[int]] | None] | None = None,
+    ) -> list[Action]:
+        """Generate one completion per prompt (token ids), in length-sorted chunks.
+
+        ``plans`` optionally constrains a prompt's completion: allowed token ids per step.
+        """
+        plans = plans or [None] * len(prompts)
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         results: list[Action | None] = [None] * len(prompts)
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
-            for i, action in zip(
-                chunk, self._generate_batch([prompts[i] for i in chunk]), strict=True
-            ):
+            batch = self._generate_batch([prompts[i] for i in chunk], [plans[i] for i in chunk])
+            for i, action in zip(chunk, batch, strict=True):
                 results[i] = action
         return results  # type: ignore[return-value]
 
@@ -202,7 +254,9 @@ class HFPolicy:
             kwargs.update(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k or None)
         return GenerationConfig(**kwargs)
 
-    def _generate_batch(self, prompts: Sequence[Sequence[int]]) -> list[Action]:
+    def _generate_batch(
+        self, prompts: Sequence[Sequence[int]], plans: Sequence[list[list[int]] | None]
+    ) -> list[Action]:
         torch = _torch()
         from transformers import LogitsProcessorList
 
@@ -217,12 +271,15 @@ class HFPolicy:
             torch.manual_seed(self.sampling.seed + self._calls)
         self._calls += 1
         recorder = _SampledLogprobs()
+        processors: list[Any] = [recorder]  # first: it must see the raw logits
+        if any(plan is not None for plan in plans):
+            processors.append(_Constrain(plans, width))
         with torch.inference_mode():
             sequences = self.model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
                 generation_config=self._generation_config(),
-                logits_processor=LogitsProcessorList([recorder]),
+                logits_processor=LogitsProcessorList(processors),
             )
         completions = sequences[:, width:].cpu()
         logprobs = recorder.finish(sequences).cpu()

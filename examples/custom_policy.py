@@ -1,6 +1,6 @@
 """Seat your own policy next to ours: anything with `name` and a batched `act` plugs in.
 
-    python examples/custom_policy.py
+python examples/custom_policy.py
 """
 
 import agents
@@ -29,5 +29,10 @@ heuristic = agents.load("heuristic")
 mine = AlwaysVoteForPlayerOne()
 buffer = Runner(GameConfig()).run([mine, heuristic, heuristic, heuristic, heuristic], 200, seed=0)
 mine_rows = [r for r in buffer if r["agent_name"] == mine.name]
-print("games:", len(buffer.games()), "| my mean reward:", sum(r["reward"] for r in mine_rows) / len(mine_rows))
+print(
+    "games:",
+    len(buffer.games()),
+    "| my mean reward:",
+    sum(r["reward"] for r in mine_rows) / len(mine_rows),
+)
 print({k: round(v, 3) for k, v in game_metrics(buffer).items()})

@@ -1,6 +1,6 @@
 """Play one game with scripted agents through the PettingZoo AEC API and print the transcript.
 
-    python examples/quickstart.py
+python examples/quickstart.py
 """
 
 import agents
@@ -9,7 +9,7 @@ import spy_env
 env = spy_env.make(n_players=5, degrade="mask_spans", render_mode="ansi")
 policy = agents.load("heuristic")
 env.reset(seed=0)
-for agent in env.agent_iter():
+for _agent in env.agent_iter():
     observation, reward, terminated, truncated, info = env.last()
     if terminated or truncated:
         env.step(None)

@@ -117,3 +117,25 @@ def test_sampling_params_validation():
     ):
         with pytest.raises(ValueError, match=next(iter(bad))):
             SamplingParams(**bad)
+
+
+def test_constrained_votes_are_always_legal(tiny_model_dir):
+    from spy_env.parsing import parse_vote
+
+    policy = HFPolicy.from_pretrained(
+        str(tiny_model_dir),
+        device="cpu",
+        sampling=SamplingParams(max_new_tokens=20, seed=0),
+        constrained_votes=True,
+    )
+    obs = [o for o in observations(4) if o["stage"] == 1]
+    actions = policy.act(obs)
+    for o, action in zip(obs, actions, strict=True):
+        vote = parse_vote(action.text, 3)
+        assert action.text == f"<vote>{vote.target + 1}</vote>"
+        assert o["vote_targets"][vote.target] == 1 and vote.target != o["seat"]
+        assert action.finish_reason == "stop"
+        ref = teacher_forced(policy.model, action.prompt_token_ids, action.completion_token_ids)
+        assert torch.allclose(
+            torch.tensor(action.logprobs), ref, atol=1e-4
+        )  # raw, unconstrained logprobs

@@ -125,7 +125,11 @@ def test_main_command_plays_with_smollm2():
 @pytest.mark.parametrize("script", ["quickstart.py", "custom_policy.py"])
 def test_examples_run(script):
     proc = subprocess.run(
-        [sys.executable, f"examples/{script}"], capture_output=True, text=True, timeout=300, cwd=ROOT
+        [sys.executable, f"examples/{script}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr
     assert "spy" in proc.stdout
