@@ -1,0 +1,154 @@
+"""The algorithm pieces of SpyRL's GRPO, each a small pure function or state object.
+
+Symbols follow DESIGN §6 and the paper:
+
+- detection advantages, normalised within a group (a game's n voters, by default):
+  ``A_i = (r_i − mean_g(r)) / (std_g(r) + ε)``;
+- role-conditioned EMA baselines (RAE) for performing advantages:
+  ``A_i = r_i − b_role(i)``, then ``b_role ← α b_role + (1 − α) r̄_role``;
+- the stage controller: EMAs of detection accuracy ``acc`` and N/A rate ``na`` switch between
+  the detection and performing stages with hysteresis and a minimum stay of ``K_min`` iterations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["RAEBaselines", "StageController", "group_normalized_advantages"]
+
+DETECT = "detect"
+PERFORM = "perform"
+
+
+def group_normalized_advantages(
+    rewards: Sequence[float], groups: Sequence[Hashable], eps: float = 1e-4, scale: bool = True
+) -> np.ndarray:
+    """``A_i = (r_i − mean_g r) / (std_g r + ε)`` within each group ``g`` (population std).
+
+    With ``scale=False`` only the mean is removed (Dr. GRPO's unscaled variant).
+
+    >>> group_normalized_advantages([1, 0, 0, 1, 1, 1], ["a", "a", "a", "b", "b", "b"]).round(3).tolist()
+    [1.414, -0.707, -0.707, 0.0, 0.0, 0.0]
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    advantages = np.zeros_like(rewards)
+    index: dict[Hashable, list[int]] = {}
+    for i, g in enumerate(groups):
+        index.setdefault(g, []).append(i)
+    for members in index.values():
+        r = rewards[members]
+        centered = r - r.mean()
+        advantages[members] = centered / (r.std() + eps) if scale else centered
+    return advantages
+
+
+@dataclass
+class RAEBaselines:
+    """Role-conditioned EMA baselines ``b_role`` (start at 0).
+
+    ``advantages`` uses the baselines *before* this batch's update, then updates them with the
+    batch mean reward of each role: ``b_role ← α b_role + (1 − α) r̄_role``.
+    """
+
+    alpha: float = 0.9
+    baselines: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.alpha < 1:
+            raise ValueError(f"RAE alpha must be in [0, 1), got {self.alpha}")
+
+    def advantages(self, rewards: Sequence[float], roles: Sequence[str], update: bool = True) -> np.ndarray:
+        """``A_i = r_i − b_role(i)``.
+
+        >>> rae = RAEBaselines(alpha=0.5)
+        >>> rae.advantages([1.0, -3.0, 1.0], ["civilian", "spy", "civilian"]).tolist()
+        [1.0, -3.0, 1.0]
+        >>> rae.baselines
+        {'civilian': 0.5, 'spy': -1.5}
+        """
+        rewards = np.asarray(rewards, dtype=np.float64)
+        advantages = np.array([r - self.baselines.get(role, 0.0) for r, role in zip(rewards, roles, strict=True)])
+        if update:
+            for role in sorted(set(roles)):
+                mean = float(np.mean([r for r, k in zip(rewards, roles, strict=True) if k == role]))
+                self.baselines[role] = self.alpha * self.baselines.get(role, 0.0) + (1 - self.alpha) * mean
+        return advantages
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"alpha": self.alpha, "baselines": dict(self.baselines)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.alpha = float(state["alpha"])
+        self.baselines = {k: float(v) for k, v in state["baselines"].items()}
+
+
+@dataclass
+class StageController:
+    """Which stage trains next: alternating with hysteresis, or a fixed schedule.
+
+    ``schedule``:
+
+    - ``"adaptive"`` (paper): EMAs of ``acc`` and ``na`` (factor ``ema``); detection →
+      performing when ``acc ≥ acc_high`` and ``na ≤ na_low``; performing → detection when
+      ``1 − acc ≥ err_high`` or ``na ≥ na_high``; at least ``k_min`` iterations per stage.
+    - ``"alternate"``: switch every ``k_min`` iterations.
+    - ``"detect"`` / ``"perform"``: always that stage.
+    """
+
+    schedule: str = "adaptive"
+    start: str = DETECT
+    acc_high: float = 0.9
+    na_low: float = 0.1
+    err_high: float = 0.4
+    na_high: float = 0.5
+    k_min: int = 5
+    ema: float = 0.9
+    stage: str = ""
+    iterations_in_stage: int = 0
+    acc_ema: float | None = None
+    na_ema: float | None = None
+    switches: list[int] = field(default_factory=list)
+    iteration: int = 0
+
+    def __post_init__(self) -> None:
+        if self.schedule not in ("adaptive", "alternate", DETECT, PERFORM):
+            raise ValueError(f"stage schedule must be adaptive, alternate, detect or perform, got {self.schedule!r}")
+        if self.start not in (DETECT, PERFORM):
+            raise ValueError(f"start stage must be detect or perform, got {self.start!r}")
+        if self.k_min < 1 or not 0 <= self.ema < 1:
+            raise ValueError("k_min must be >= 1 and ema in [0, 1)")
+        if not self.stage:
+            self.stage = self.start if self.schedule in ("adaptive", "alternate") else self.schedule
+
+    def update(self, acc: float, na: float) -> str:
+        """Record this iteration's detection accuracy and N/A rate; return the next stage."""
+        self.iteration += 1
+        self.iterations_in_stage += 1
+        self.acc_ema = acc if self.acc_ema is None else self.ema * self.acc_ema + (1 - self.ema) * acc
+        self.na_ema = na if self.na_ema is None else self.ema * self.na_ema + (1 - self.ema) * na
+        if self.schedule in (DETECT, PERFORM) or self.iterations_in_stage < self.k_min:
+            return self.stage
+        if self.schedule == "alternate":
+            return self._switch()
+        if self.stage == DETECT and self.acc_ema >= self.acc_high and self.na_ema <= self.na_low:
+            return self._switch()
+        if self.stage == PERFORM and (1 - self.acc_ema >= self.err_high or self.na_ema >= self.na_high):
+            return self._switch()
+        return self.stage
+
+    def _switch(self) -> str:
+        self.stage = PERFORM if self.stage == DETECT else DETECT
+        self.iterations_in_stage = 0
+        self.switches.append(self.iteration)
+        return self.stage
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for key, value in state.items():
+            setattr(self, key, list(value) if key == "switches" else value)

@@ -1,0 +1,282 @@
+"""``SpyRLConfig``: every knob of SpyRL's GRPO trainer, with the paper's recipe as defaults.
+
+Presets (``SpyRLConfig.preset(name, **overrides)``):
+
+- ``qwen3-4b-paper``: the reported recipe (GPU): Qwen3-4B-Instruct-2507, lr 1e-6, 128 documents
+  × 8 games per iteration, mini-batch 128, ε 0.2, β 0.001 (k3), 100 iterations, prompts up to
+  12288 and responses up to 4096 tokens, 5 players, 1 round, bf16, gradient checkpointing, vLLM.
+- ``smollm2-cpu``: SmolLM2-135M-Instruct on CPU, tiny batches, one iteration of each stage.
+- ``cpu-smoke``: a tiny random model built on the fly; minutes on CPU.
+
+Values can also come from a YAML file (``SpyRLConfig.from_yaml``) and ``key=value`` overrides
+(``spyrl train --set lr=1e-5``). Bad values raise ``ValueError`` naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PRESETS", "SpyRLConfig"]
+
+LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo")
+LEVELS = ("token", "sequence", "action")
+SCHEDULES = ("adaptive", "alternate", "detect", "perform")
+GENERATION = ("hf", "vllm-colocate", "vllm-server")
+
+
+def _f(default: Any, help: str, **kw: Any) -> Any:
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help}, **kw)
+    return field(default=default, metadata={"help": help}, **kw)
+
+
+@dataclass
+class SpyRLConfig:
+    """Configuration of :class:`trainers.SpyRLTrainer` (DESIGN §6)."""
+
+    # ---------------------------------------------------------------- model
+    model: str = _f("Qwen/Qwen3-4B-Instruct-2507", "Policy model: hub id or folder ('tiny' builds a tiny random model).")
+    output_dir: str = _f("runs/spyrl", "Where checkpoints, buffers, metrics and plots go.")
+    dtype: str = _f("auto", "Model dtype: auto (bf16 on GPU, fp32 on CPU), float32, bfloat16.")
+    device: str = _f("auto", "auto, cpu or cuda (single process; multi-GPU via accelerate launch).")
+    gradient_checkpointing: bool = _f(False, "Trade compute for memory in the backward pass.")
+    lora_r: int = _f(0, "LoRA rank via peft; 0 trains all parameters.")
+    lora_alpha: int = _f(32, "LoRA alpha.")
+    lora_dropout: float = _f(0.05, "LoRA dropout.")
+    lora_target_modules: str = _f("all-linear", "peft target_modules.")
+    # ----------------------------------------------------------------- game
+    game: dict = _f({}, "GameConfig overrides (n_players, rounds, degrade, corpus, prompts, ...).")
+    documents_per_iteration: int = _f(128, "Documents per iteration (paper: 128).")
+    games_per_document: int = _f(8, "Games sharing a document: the GRPO group (paper: 8).")
+    replay_setup: bool = _f(True, "Games of a group also share spy seat and masks (exchangeable groups).")
+    # ------------------------------------------------------------ rollouts
+    generation: str = _f("hf", "Rollout engine: hf (the policy itself), vllm-colocate, vllm-server.")
+    vllm_server_url: str = _f("http://127.0.0.1:8000", "trl vllm-serve / vllm serve base URL (server mode).")
+    vllm_gpu_memory_utilization: float = _f(0.3, "GPU share for a colocated vLLM engine.")
+    temperature: float = _f(1.0, "Sampling temperature of rollouts (logps are computed at this temperature).")
+    top_p: float = _f(1.0, "Nucleus sampling of rollouts.")
+    max_prompt_tokens: int = _f(12288, "Longer prompts are skipped for training and counted.")
+    max_completion_tokens: int = _f(4096, "Completion budget (max new tokens).")
+    generation_batch_size: int = _f(64, "hf backend generation batch size.")
+    constrained_votes: bool = _f(False, "Constrain detection-stage outputs to <vote>k</vote> (warm start).")
+    # ------------------------------------------------------------ algorithm
+    iterations: int = _f(100, "Training iterations (one stage each).")
+    learning_rate: float = _f(1e-6, "AdamW learning rate.")
+    weight_decay: float = _f(0.0, "AdamW weight decay.")
+    warmup_iterations: int = _f(0, "Linear warm-up, in iterations.")
+    max_grad_norm: float = _f(1.0, "Gradient clipping; 0 disables.")
+    mini_batch_size: int = _f(128, "Samples per optimizer step (PPO mini-batch).")
+    micro_batch_size: int = _f(8, "Samples per forward/backward; gradients accumulate to the mini-batch.")
+    epochs: int = _f(1, "Passes over each iteration's samples (μ).")
+    epsilon: float = _f(0.2, "Clip ε (lower).")
+    epsilon_high: float | None = _f(None, "Clip ε upper (None = epsilon).")
+    beta: float = _f(0.001, "KL coefficient (k3 estimator against the frozen reference); 0 disables.")
+    kl_bias_correction: bool = _f(True, "Weight the k3 KL by the importance ratio (TRL 1.16's default).")
+    loss_type: str = _f("grpo", f"Loss aggregation, as in TRL: {LOSS_TYPES}.")
+    perform_ratio_level: str = _f("token", "Importance ratio for performances: token, sequence (mean) or action (sum).")
+    detect_ratio_level: str = _f("action", "Importance ratio for votes: action = one sequence log-prob ratio per vote.")
+    detect_advantage_groups: str = _f("game", "Normalise detection rewards within: game (its voters) or prompt.")
+    advantage_eps: float = _f(1e-4, "ε of (r − mean) / (std + ε).")
+    rae: bool = _f(True, "Role-conditioned EMA baselines for performing advantages (off = raw rewards).")
+    rae_alpha: float = _f(0.9, "RAE EMA factor α.")
+    perform_group_norm: bool = _f(False, "Also normalise performing advantages within replay_setup groups.")
+    train_spy_vote: bool = _f(False, "Train on the spy's own vote too.")
+    # ------------------------------------------------------ stage controller
+    stage_schedule: str = _f("adaptive", f"Stage switching: {SCHEDULES}.")
+    start_stage: str = _f("detect", "First stage: detect or perform.")
+    acc_high: float = _f(0.9, "detect → perform when EMA acc ≥ this ...")
+    na_low: float = _f(0.1, "... and EMA N/A rate ≤ this.")
+    err_high: float = _f(0.4, "perform → detect when 1 − EMA acc ≥ this ...")
+    na_high: float = _f(0.5, "... or EMA N/A rate ≥ this.")
+    k_min: int = _f(5, "Minimum iterations per stage (K_min).")
+    stage_ema: float = _f(0.9, "EMA factor of acc and N/A for the controller.")
+    # ----------------------------------------------------------- operations
+    seed: int = _f(0, "Seed of everything (rollouts, sampling, shuffling).")
+    checkpoint_every: int = _f(10, "Checkpoint every k iterations (and at the end).")
+    keep_buffers: bool = _f(True, "Save each iteration's episode buffer (parquet).")
+    eval_games: int = _f(0, "Held-out games for detection accuracy each eval_every iterations (0: off).")
+    eval_every: int = _f(10, "Iterations between held-out evaluations.")
+    report_to: list = _f(["jsonl"], "Metric sinks: jsonl, console, wandb, trackio, tensorboard.")
+    progress: bool = _f(True, "Rich progress display.")
+
+    def __post_init__(self) -> None:
+        def bad(name: str, allowed: str) -> ValueError:
+            return ValueError(f"SpyRLConfig.{name} must be {allowed}, got {getattr(self, name)!r}")
+
+        positive_ints = (
+            "documents_per_iteration", "games_per_document", "iterations", "mini_batch_size", "micro_batch_size",
+            "epochs", "max_prompt_tokens", "max_completion_tokens", "generation_batch_size", "k_min",
+            "checkpoint_every", "eval_every",
+        )  # fmt: skip
+        for name in positive_ints:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise bad(name, "an integer >= 1")
+        for name in ("learning_rate", "epsilon", "temperature"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise bad(name, "a finite number > 0")
+        for name in ("beta", "weight_decay", "max_grad_norm", "advantage_eps"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise bad(name, "a finite number >= 0")
+        if self.epsilon_high is not None and not (isinstance(self.epsilon_high, (int, float)) and self.epsilon_high > 0):
+            raise bad("epsilon_high", "None or a number > 0")
+        for name in ("top_p", "rae_alpha", "stage_ema", "acc_high", "na_low", "err_high", "na_high"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise bad(name, "a number in [0, 1]")
+        if self.rae_alpha >= 1:
+            raise bad("rae_alpha", "in [0, 1)")
+        choices = {
+            "loss_type": LOSS_TYPES,
+            "perform_ratio_level": LEVELS,
+            "detect_ratio_level": LEVELS,
+            "detect_advantage_groups": ("game", "prompt"),
+            "stage_schedule": SCHEDULES,
+            "start_stage": ("detect", "perform"),
+            "generation": GENERATION,
+            "dtype": ("auto", "float32", "bfloat16", "float16"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise bad(name, f"one of {allowed}")
+        if self.mini_batch_size % self.micro_batch_size:
+            raise bad("mini_batch_size", f"a multiple of micro_batch_size ({self.micro_batch_size})")
+        if self.lora_r < 0:
+            raise bad("lora_r", "an integer >= 0")
+        sinks = {"jsonl", "console", "wandb", "trackio", "tensorboard"}
+        if not isinstance(self.report_to, list) or not set(self.report_to) <= sinks:
+            raise bad("report_to", f"a list drawn from {sorted(sinks)}")
+        if self.eval_games < 0:
+            raise bad("eval_games", "an integer >= 0")
+        from spy_env.config import GameConfig
+
+        if not isinstance(self.game, Mapping):
+            raise bad("game", "a mapping of GameConfig fields")
+        GameConfig.from_dict(dict(self.game))  # raises ValueError naming a bad game field
+
+    # ------------------------------------------------------------- helpers
+    @property
+    def epsilon_upper(self) -> float:
+        return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+    def game_config(self):
+        from spy_env.config import GameConfig
+
+        values = {"train_spy_vote": self.train_spy_vote, **dict(self.game)}
+        return GameConfig.from_dict(values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> SpyRLConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = set(values) - known
+        if unknown:
+            raise ValueError(f"SpyRLConfig: unknown fields {sorted(unknown)}")
+        return cls(**values)
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> SpyRLConfig:
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; known: {sorted(PRESETS)}")
+        values = json.loads(json.dumps(PRESETS[name]))
+        game = {**values.pop("game", {}), **overrides.pop("game", {})}
+        return cls.from_dict({**values, **overrides, "game": game})
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> SpyRLConfig:
+        import yaml
+
+        with open(path, encoding="utf-8") as f:
+            values = yaml.safe_load(f) or {}
+        preset = values.pop("preset", None)
+        values.update(overrides)
+        return cls.preset(preset, **values) if preset else cls.from_dict(values)
+
+    def with_overrides(self, assignments: list[str]) -> SpyRLConfig:
+        """Apply ``key=value`` strings (values parsed as YAML; ``game.key=value`` for game fields)."""
+        import yaml
+
+        values = self.to_dict()
+        for item in assignments:
+            key, sep, raw = item.partition("=")
+            if not sep:
+                raise ValueError(f"override {item!r} must look like key=value")
+            value = yaml.safe_load(raw)
+            if key.startswith("game."):
+                values["game"] = {**values["game"], key[5:]: value}
+            else:
+                values[key] = value
+        return SpyRLConfig.from_dict(values)
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "qwen3-4b-paper": {
+        "model": "Qwen/Qwen3-4B-Instruct-2507",
+        "dtype": "bfloat16",
+        "gradient_checkpointing": True,
+        "generation": "vllm-colocate",
+        "documents_per_iteration": 128,
+        "games_per_document": 8,
+        "mini_batch_size": 128,
+        "micro_batch_size": 4,
+        "learning_rate": 1e-6,
+        "epsilon": 0.2,
+        "beta": 0.001,
+        "iterations": 100,
+        "max_prompt_tokens": 12288,
+        "max_completion_tokens": 4096,
+        "game": {"n_players": 5, "rounds": 1},
+        "report_to": ["jsonl", "console"],
+    },
+    "smollm2-cpu": {
+        "model": "smollm2",
+        "dtype": "float32",
+        "device": "cpu",
+        "documents_per_iteration": 2,
+        "games_per_document": 2,
+        "mini_batch_size": 10,
+        "micro_batch_size": 5,
+        "learning_rate": 1e-5,
+        "beta": 0.001,
+        "iterations": 2,
+        "max_prompt_tokens": 4096,
+        "max_completion_tokens": 48,
+        "generation_batch_size": 20,
+        "stage_schedule": "alternate",
+        "k_min": 1,
+        "checkpoint_every": 1,
+        "game": {"n_players": 5},
+        "output_dir": "runs/smollm2-cpu",
+    },
+    "cpu-smoke": {
+        "model": "tiny",
+        "dtype": "float32",
+        "device": "cpu",
+        "documents_per_iteration": 4,
+        "games_per_document": 4,
+        "mini_batch_size": 16,
+        "micro_batch_size": 8,
+        "learning_rate": 1e-3,
+        "beta": 0.01,
+        "iterations": 4,
+        "max_prompt_tokens": 4096,
+        "max_completion_tokens": 16,
+        "generation_batch_size": 48,
+        "constrained_votes": True,
+        "stage_schedule": "alternate",
+        "k_min": 2,
+        "checkpoint_every": 2,
+        "game": {"n_players": 3},
+        "output_dir": "runs/cpu-smoke",
+    },
+}

@@ -1,0 +1,109 @@
+"""The clipped policy objective of SpyRL's GRPO, with TRL's loss aggregations.
+
+For sample ``i`` with completion tokens ``t`` (mask ``m``), current log-probs ``logp``, behaviour
+log-probs ``old``, reference log-probs ``ref`` and advantage ``A_i``:
+
+- importance weight ``w = exp(log_ratio)`` with ``log_ratio = logp − old`` per token (``token``),
+  its masked mean per sequence (``sequence``, GSPO), or its masked *sum* per sequence
+  (``action``: the ratio of whole-sequence probabilities, the paper's one ratio per vote);
+- clipped surrogate ``ℓ = −min(w A, clip(w, 1 − ε_low, 1 + ε_high) A)``;
+- KL to the reference with the k3 estimator ``k3 = exp(ref − logp) − (ref − logp) − 1``,
+  optionally weighted by ``w`` (TRL 1.16's default bias correction), added as ``β k3``;
+- aggregation over a mini-batch split into ``G`` micro-batches, named as in TRL:
+  ``grpo`` (mean over sequences of the per-sequence token mean, / G), ``bnpo`` (token mean of the
+  micro-batch, / G), ``dr_grpo`` (token sum / (B · L_max), / G) and ``dapo`` (token sum / the
+  number of completion tokens in the whole mini-batch).
+
+For ``token`` and ``sequence`` levels this is numerically TRL 1.16's ``GRPOTrainer._compute_loss``
+(a test checks it on the same tensors).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["LossOutput", "clipped_policy_loss"]
+
+
+@dataclass
+class LossOutput:
+    loss: torch.Tensor  # scalar, ready for backward (already divided for accumulation)
+    policy_loss: float  # the same loss before the accumulation division, detached
+    kl: float  # masked mean of the (possibly weighted) k3 term
+    clip_fraction: float  # share of masked tokens/sequences whose ratio was clipped
+    ratio_mean: float
+
+
+def clipped_policy_loss(
+    logps: torch.Tensor,  # (B, T) current per-token log-probs of the completion tokens
+    old_logps: torch.Tensor,  # (B, T) behaviour log-probs
+    advantages: torch.Tensor,  # (B,)
+    mask: torch.Tensor,  # (B, T) 1 for real completion tokens
+    *,
+    ref_logps: torch.Tensor | None = None,  # (B, T), needed when beta > 0
+    level: str = "token",
+    loss_type: str = "grpo",
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.2,
+    beta: float = 0.0,
+    kl_bias_correction: bool = True,
+    max_completion_length: int | None = None,
+    num_items_in_batch: float | None = None,
+    accumulation_steps: int = 1,
+) -> LossOutput:
+    """The clipped objective for one micro-batch (see the module docstring)."""
+    mask = mask.to(logps.dtype)
+    advantages = advantages.to(logps.dtype).unsqueeze(1)  # (B, 1)
+    log_ratio = logps - old_logps  # (B, T)
+    if level == "token":
+        log_weights = log_ratio  # (B, T)
+    elif level == "sequence":
+        log_weights = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)  # (B, 1)
+    elif level == "action":
+        log_weights = (log_ratio * mask).sum(-1).unsqueeze(-1)  # (B, 1)
+    else:
+        raise ValueError(f"unknown ratio level {level!r}; expected token, sequence or action")
+    ratio = torch.exp(log_weights)
+    clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
+    per_token_loss = -torch.min(ratio * advantages, clipped * advantages)  # (B, T) or (B, 1)
+
+    kl_value = 0.0
+    if beta != 0.0:
+        if ref_logps is None:
+            raise ValueError("beta > 0 needs ref_logps")
+        delta = ref_logps - logps
+        per_token_kl = torch.exp(delta) - delta - 1  # (B, T), k3
+        if kl_bias_correction:
+            per_token_kl = per_token_kl * ratio
+        per_token_loss = per_token_loss + beta * per_token_kl
+        kl_value = ((per_token_kl * mask).sum() / mask.sum().clamp(min=1.0)).item()
+
+    masked = per_token_loss * mask  # broadcasts (B, 1) over T
+    if loss_type == "grpo":
+        loss = (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+        policy_loss, loss = loss.detach(), loss / accumulation_steps
+    elif loss_type == "bnpo":
+        loss = masked.sum() / mask.sum().clamp(min=1.0)
+        policy_loss, loss = loss.detach(), loss / accumulation_steps
+    elif loss_type == "dr_grpo":
+        length = max_completion_length or logps.shape[1]
+        loss = masked.sum() / (logps.shape[0] * length)
+        policy_loss, loss = loss.detach(), loss / accumulation_steps
+    elif loss_type == "dapo":
+        total = mask.sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch, dtype=logps.dtype)
+        loss = masked.sum() / total.clamp(min=1.0)
+        policy_loss = loss.detach()
+    else:
+        raise ValueError(f"unknown loss_type {loss_type!r}; expected grpo, bnpo, dr_grpo or dapo")
+
+    with torch.no_grad():
+        is_clipped = ((ratio < 1 - epsilon_low) & (advantages < 0)) | ((ratio > 1 + epsilon_high) & (advantages > 0))
+        if is_clipped.shape[1] == 1:
+            clip_fraction = is_clipped.float().mean().item()
+            ratio_mean = ratio.mean().item()
+        else:
+            clip_fraction = ((is_clipped.float() * mask).sum() / mask.sum().clamp(min=1.0)).item()
+            ratio_mean = ((ratio * mask).sum() / mask.sum().clamp(min=1.0)).item()
+    return LossOutput(loss, float(policy_loss), kl_value, clip_fraction, ratio_mean)
