@@ -38,9 +38,7 @@ _SCRIPTED = {"random": RandomAgent, "heuristic": HeuristicAgent}
 SPECS = ("random", "heuristic", "hf:PATH_OR_ID", "smollm2", "vllm:ID", "openai:MODEL@URL", "human")
 
 
-def load(
-    spec: str, *, seed: int | None = None, sampling: SamplingParams | None = None, **kwargs: Any
-) -> Policy:
+def load(spec: str, *, seed: int | None = None, sampling: SamplingParams | None = None, **kwargs: Any) -> Policy:
     """Build a policy from a spec string (see the module docstring).
 
     ``seed`` seeds scripted agents and, for LLMs, the sampling (unless ``sampling`` has one);
@@ -54,9 +52,7 @@ def load(
             try:
                 seed = int(arg)
             except ValueError as e:
-                raise ValueError(
-                    f"agent spec {spec!r}: the part after ':' must be an integer seed"
-                ) from e
+                raise ValueError(f"agent spec {spec!r}: the part after ':' must be an integer seed") from e
         return _SCRIPTED[kind](seed=0 if seed is None else seed, **kwargs)
     if kind == "human":
         from agents.human import HumanPolicy

@@ -26,9 +26,7 @@ def _torch():
     try:
         import torch
     except ImportError as e:
-        raise ImportError(
-            "the hf backend needs torch and transformers: pip install 'spyrl[hf]'"
-        ) from e
+        raise ImportError("the hf backend needs torch and transformers: pip install 'spyrl[hf]'") from e
     return torch
 
 
@@ -54,9 +52,7 @@ def resolve_dtype(dtype: Any, device: str):
                 "fp16": torch.float16,
             }[dtype]
         except KeyError as e:
-            raise ValueError(
-                f"dtype must be auto, float32, bfloat16 or float16, got {dtype!r}"
-            ) from e
+            raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {dtype!r}") from e
     return dtype
 
 
@@ -134,11 +130,7 @@ class HFPolicy:
         self._calls = 0
         eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
-        self.pad_id = (
-            tokenizer.pad_token_id
-            if tokenizer.pad_token_id is not None
-            else next(iter(self.eos_ids))
-        )
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.eos_ids))
 
     @classmethod
     def from_pretrained(
@@ -163,9 +155,7 @@ class HFPolicy:
         device = resolve_device(device)
         extra = {"gguf_file": gguf_file} if gguf_file else {}
         tokenizer = AutoTokenizer.from_pretrained(path, **extra)
-        model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=resolve_dtype(dtype, device), **extra, **model_kwargs
-        )
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device), **extra, **model_kwargs)
         model.to(device).eval()
         return cls(
             model,

@@ -122,13 +122,9 @@ class OpenAIPolicy:
         async with httpx.AsyncClient(
             base_url=self.base_url, headers=headers, timeout=self.timeout, limits=limits
         ) as client:
-            return list(
-                await asyncio.gather(*(self._complete(client, semaphore, p) for p in payloads))
-            )
+            return list(await asyncio.gather(*(self._complete(client, semaphore, p) for p in payloads)))
 
-    async def _complete(
-        self, client: Any, semaphore: asyncio.Semaphore, payload: dict[str, Any]
-    ) -> Action:
+    async def _complete(self, client: Any, semaphore: asyncio.Semaphore, payload: dict[str, Any]) -> Action:
         httpx = _httpx()
         last_error = "no attempt made"
         for attempt in range(self.max_retries + 1):
@@ -150,9 +146,7 @@ class OpenAIPolicy:
                 return action
             except (httpx.TransportError, _RetryableStatus) as e:
                 last_error = f"{type(e).__name__}: {e}"
-                logger.debug(
-                    "request to %s failed (attempt %d): %s", self.base_url, attempt + 1, last_error
-                )
+                logger.debug("request to %s failed (attempt %d): %s", self.base_url, attempt + 1, last_error)
             except Exception as e:  # a malformed answer must not crash the batch
                 self.stats["failures"] += 1
                 return Action.forfeit(f"bad response: {type(e).__name__}: {e}")

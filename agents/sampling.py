@@ -25,21 +25,15 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if not (
-            isinstance(self.temperature, (int, float))
-            and math.isfinite(self.temperature)
-            and self.temperature >= 0
+            isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature) and self.temperature >= 0
         ):
-            raise ValueError(
-                f"SamplingParams.temperature must be a finite number >= 0, got {self.temperature!r}"
-            )
+            raise ValueError(f"SamplingParams.temperature must be a finite number >= 0, got {self.temperature!r}")
         if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p!r}")
         if not (isinstance(self.top_k, int) and self.top_k >= 0):
             raise ValueError(f"SamplingParams.top_k must be an integer >= 0, got {self.top_k!r}")
         if not (isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1):
-            raise ValueError(
-                f"SamplingParams.max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}"
-            )
+            raise ValueError(f"SamplingParams.max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
         if self.seed is not None and not isinstance(self.seed, int):
             raise ValueError(f"SamplingParams.seed must be None or an integer, got {self.seed!r}")
 

@@ -118,9 +118,7 @@ class HeuristicAgent:
         self.n_numbers = n_numbers
 
     def act(self, observations: Sequence[Observation]) -> list[str]:
-        return [
-            self._perform(obs) if obs["stage"] == 0 else self._vote(obs) for obs in observations
-        ]
+        return [self._perform(obs) if obs["stage"] == 0 else self._vote(obs) for obs in observations]
 
     def _salient(self, copy: str) -> list[str]:
         seen: dict[str, None] = {}
@@ -136,7 +134,9 @@ class HeuristicAgent:
         terms = _terms(copy, 3)
         topic = ", ".join(terms) if terms else "the text"
         if not numbers:
-            return f"Problem: summarise the key idea about {topic}.\nSolution: the text gives no numbers. $\\boxed{{0}}$"
+            return (
+                f"Problem: summarise the key idea about {topic}.\nSolution: the text gives no numbers. $\\boxed{{0}}$"
+            )
         total = sum(float(x) for x in numbers)
         shown = f"{total:g}"
         expr = " + ".join(numbers)

@@ -35,17 +35,13 @@ def gguf_path() -> Path:
     try:
         dist = metadata.distribution(DISTRIBUTION)
     except metadata.PackageNotFoundError as e:
-        raise ImportError(
-            f"the smollm2 agent needs the {DISTRIBUTION} wheel: {INSTALL_HINT}"
-        ) from e
+        raise ImportError(f"the smollm2 agent needs the {DISTRIBUTION} wheel: {INSTALL_HINT}") from e
     for file in dist.files or ():
         if file.name == GGUF_NAME:
             path = Path(dist.locate_file(file))
             if path.exists():
                 return path
-    raise ImportError(
-        f"{DISTRIBUTION} is installed but {GGUF_NAME} is missing; reinstall: {INSTALL_HINT}"
-    )
+    raise ImportError(f"{DISTRIBUTION} is installed but {GGUF_NAME} is missing; reinstall: {INSTALL_HINT}")
 
 
 def is_available() -> bool:
@@ -73,14 +69,10 @@ def converted_path() -> Path:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as e:
-        raise ImportError(
-            "the smollm2 agent needs torch, transformers and gguf: pip install 'spyrl[hf]'"
-        ) from e
+        raise ImportError("the smollm2 agent needs torch, transformers and gguf: pip install 'spyrl[hf]'") from e
     logger.info("converting %s once into %s (about 20 s)", source.name, target)
     tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
-    gguf_model = AutoModelForCausalLM.from_pretrained(
-        source.parent, gguf_file=source.name, dtype=torch.float32
-    )
+    gguf_model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
     config_dict = gguf_model.config.to_dict()
     config_dict.pop("quantization_config", None)
     config = type(gguf_model.config).from_dict(config_dict)

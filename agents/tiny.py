@@ -40,9 +40,7 @@ def build_tiny_model(
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
         from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
     except ImportError as e:
-        raise ImportError(
-            "tiny models need torch, tokenizers and transformers: pip install 'spyrl[hf]'"
-        ) from e
+        raise ImportError("tiny models need torch, tokenizers and transformers: pip install 'spyrl[hf]'") from e
     from spy_env.corpus import load_embedded
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<pad>"]

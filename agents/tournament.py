@@ -31,9 +31,7 @@ from spy_env.runner import Runner
 __all__ = ["TournamentResult", "agent_metrics", "run_tournament", "seat_schedule"]
 
 
-def seat_schedule(
-    names: Sequence[str], n_players: int, num_games: int, seed: int
-) -> list[list[str]]:
+def seat_schedule(names: Sequence[str], n_players: int, num_games: int, seed: int) -> list[list[str]]:
     """For each game, the agent name at each seat: every agent seated, seats shuffled."""
     if not names:
         raise ValueError("a tournament needs at least one agent")
@@ -73,9 +71,7 @@ def agent_metrics(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, floa
             "actions": m["actions"],
             "games_as_spy": m["spy_games"],
             "civilian_votes": m["civilian_votes"],
-            "detection_accuracy": m["hits"] / m["civilian_votes"]
-            if m["civilian_votes"]
-            else float("nan"),
+            "detection_accuracy": m["hits"] / m["civilian_votes"] if m["civilian_votes"] else float("nan"),
             "spy_caught_rate": m["spy_caught"] / m["spy_games"] if m["spy_games"] else float("nan"),
             "na_rate": m["abstentions"] / m["votes"] if m["votes"] else float("nan"),
             "violation_rate": m["violations"] / m["actions"],
@@ -113,9 +109,7 @@ def _ratings(buffer: EpisodeBuffer) -> dict[str, dict[str, float]]:
         scores = [float(np.mean(totals[name])) for name in agents]
         for name, [new] in zip(agents, model.rate(teams, scores=scores), strict=True):
             ratings[name] = new
-    return {
-        name: {"mu": r.mu, "sigma": r.sigma, "ordinal": r.ordinal()} for name, r in ratings.items()
-    }
+    return {name: {"mu": r.mu, "sigma": r.sigma, "ordinal": r.ordinal()} for name, r in ratings.items()}
 
 
 @dataclass
@@ -150,9 +144,7 @@ class TournamentResult:
         out.mkdir(parents=True, exist_ok=True)
         paths = {"buffer": self.buffer.save(out / "games.parquet")}
         summary = {"config": self.config, "metrics": self.metrics, "ratings": self.ratings}
-        paths["summary"] = _atomic_write_text(
-            out / "summary.json", json.dumps(summary, indent=2, default=str)
-        )
+        paths["summary"] = _atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, default=str))
         paths["chart"] = self._chart(out / "chart.png")
         return paths
 
@@ -204,9 +196,7 @@ def run_tournament(
     names = list(policies)
     schedule = seat_schedule(names, config.n_players, num_games, seed)
     runner = Runner(config)
-    buffer = runner.run(
-        lambda g: [policies[name] for name in schedule[g]], num_games, seed=seed, progress=progress
-    )
+    buffer = runner.run(lambda g: [policies[name] for name in schedule[g]], num_games, seed=seed, progress=progress)
     for row in buffer:  # name rows by the tournament's keys (two policies may share a name)
         row["agent_name"] = schedule[row["game_id"]][row["seat"]]
     return TournamentResult(

@@ -63,11 +63,7 @@ class VLLMPolicy:
         from vllm.inputs import TokensPrompt
 
         prompts = [
-            list(
-                self.tokenizer.apply_chat_template(
-                    chat_messages(obs), add_generation_prompt=True, tokenize=True
-                )
-            )
+            list(self.tokenizer.apply_chat_template(chat_messages(obs), add_generation_prompt=True, tokenize=True))
             for obs in observations
         ]
         outputs = self.llm.generate(
@@ -81,10 +77,7 @@ class VLLMPolicy:
             token_ids = list(completion.token_ids)
             logprobs = None
             if completion.logprobs is not None:
-                logprobs = [
-                    float(step[tok].logprob)
-                    for step, tok in zip(completion.logprobs, token_ids, strict=True)
-                ]
+                logprobs = [float(step[tok].logprob) for step, tok in zip(completion.logprobs, token_ids, strict=True)]
             actions.append(
                 Action(
                     text=completion.text,

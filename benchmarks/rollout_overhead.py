@@ -60,9 +60,7 @@ def main() -> None:
 
     batch = args.games * args.players  # one chunk per stage, as a GRPO rollout would batch it
     sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=args.seed)
-    policy = agents.load(
-        "smollm2", sampling=sampling, batch_size=batch, dtype="float32", device="cpu"
-    )
+    policy = agents.load("smollm2", sampling=sampling, batch_size=batch, dtype="float32", device="cpu")
     config = GameConfig(n_players=args.players)
 
     # Warm-up outside the timings: first-call allocations and kernel selection.
@@ -76,23 +74,14 @@ def main() -> None:
         buffer = Runner(config).run([policy] * args.players, args.games, seed=args.seed)
         timings["runner"].append(time.perf_counter() - start)
         tokens["runner"] = sum(len(r["completion_token_ids"]) for r in buffer)
-        stages = [
-            [r["prompt_token_ids"] for r in buffer if r["stage"] == stage]
-            for stage in ("perform", "vote")
-        ]
+        stages = [[r["prompt_token_ids"] for r in buffer if r["stage"] == stage] for stage in ("perform", "vote")]
         start = time.perf_counter()
-        tokens["raw"] = sum(
-            raw_generate(policy, prompts, call) for call, prompts in enumerate(stages)
-        )
+        tokens["raw"] = sum(raw_generate(policy, prompts, call) for call, prompts in enumerate(stages))
         timings["raw"].append(time.perf_counter() - start)
-        print(
-            f"rep {rep}: runner {timings['runner'][-1]:.2f}s, raw generate {timings['raw'][-1]:.2f}s"
-        )
+        print(f"rep {rep}: runner {timings['runner'][-1]:.2f}s, raw generate {timings['raw'][-1]:.2f}s")
 
     rate = {k: tokens[k] / min(timings[k]) for k in timings}
-    print(
-        f"generated tokens: runner {tokens['runner']}, raw {tokens['raw']} (same prompts, seeds, batch {batch})"
-    )
+    print(f"generated tokens: runner {tokens['runner']}, raw {tokens['raw']} (same prompts, seeds, batch {batch})")
     print(f"runner + hf backend : {rate['runner']:8.1f} tokens/s")
     print(f"raw model.generate  : {rate['raw']:8.1f} tokens/s")
     print(f"ratio runner / raw  = {rate['runner'] / rate['raw']:.3f} (target >= 0.9)")

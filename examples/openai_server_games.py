@@ -26,8 +26,6 @@ served = agents.load(
     sampling=SamplingParams(temperature=0.7, max_new_tokens=1024, seed=0),
     max_concurrency=32,
 )
-result = run_tournament(
-    {"served": served, "heuristic": agents.load("heuristic")}, args.games, config=GameConfig()
-)
+result = run_tournament({"served": served, "heuristic": agents.load("heuristic")}, args.games, config=GameConfig())
 result.save(args.out)
 print(result.table())

@@ -70,9 +70,7 @@ def _normalise(row: Mapping[str, Any]) -> dict[str, Any]:
     out = {}
     for name, (_, default) in COLUMNS.items():
         value = row.get(name)
-        out[name] = (
-            (list(default) if isinstance(default, list) else default) if value is None else value
-        )
+        out[name] = (list(default) if isinstance(default, list) else default) if value is None else value
     return out
 
 

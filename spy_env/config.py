@@ -24,13 +24,9 @@ class GameConfig:
     n_players: int = field(default=5, metadata={"help": "Players per game, 3..10."})
     rounds: int = field(
         default=1,
-        metadata={
-            "help": "Maximum rounds, 1..10. Rounds > 1 eliminate by plurality (ties: nobody)."
-        },
+        metadata={"help": "Maximum rounds, 1..10. Rounds > 1 eliminate by plurality (ties: nobody)."},
     )
-    degrade: str | None = field(
-        default=None, metadata={"help": "Degradation operator g; None = the task's default."}
-    )
+    degrade: str | None = field(default=None, metadata={"help": "Degradation operator g; None = the task's default."})
     mask_ratio: float | None = field(
         default=None,
         metadata={"help": "Share of the text g removes/changes, in (0, 1); None = task default."},
@@ -42,21 +38,11 @@ class GameConfig:
     relevant_spans_first: bool = field(
         default=True, metadata={"help": "mask_spans masks sentences with numbers/LaTeX first."}
     )
-    beta: float = field(
-        default=1.0, metadata={"help": "β > 0: weight of the spy-vs-civilians gap."}
-    )
-    lam: float = field(
-        default=1.0, metadata={"help": "λ > 0: weight of a civilian's own suspicion."}
-    )
-    weight_detect: float = field(
-        default=1.0, metadata={"help": "Weight of r^D in the scalar reward."}
-    )
-    weight_perform: float = field(
-        default=1.0, metadata={"help": "Weight of r^P in the scalar reward."}
-    )
-    weight_penalty: float = field(
-        default=1.0, metadata={"help": "Weight of penalties in the scalar reward."}
-    )
+    beta: float = field(default=1.0, metadata={"help": "β > 0: weight of the spy-vs-civilians gap."})
+    lam: float = field(default=1.0, metadata={"help": "λ > 0: weight of a civilian's own suspicion."})
+    weight_detect: float = field(default=1.0, metadata={"help": "Weight of r^D in the scalar reward."})
+    weight_perform: float = field(default=1.0, metadata={"help": "Weight of r^P in the scalar reward."})
+    weight_penalty: float = field(default=1.0, metadata={"help": "Weight of penalties in the scalar reward."})
     penalty_no_answer: float = field(
         default=-0.1,
         metadata={"help": "Performance without a \\boxed{} answer (tasks that need one), <= 0."},
@@ -97,9 +83,7 @@ class GameConfig:
     )
     corpus: Any = field(
         default="embedded",
-        metadata={
-            "help": "'embedded', 'nemotron[:CONFIG]', 'hf:ID[:CONFIG]', a path, or a list of rows."
-        },
+        metadata={"help": "'embedded', 'nemotron[:CONFIG]', 'hf:ID[:CONFIG]', a path, or a list of rows."},
     )
     max_documents: int | None = field(
         default=None, metadata={"help": "Keep at most this many corpus documents (None: all)."}
@@ -120,9 +104,7 @@ class GameConfig:
             raise bad("rounds", "an integer in 1..10")
         if self.degrade is not None and self.degrade not in DEGRADERS:
             raise bad("degrade", f"None or one of {sorted(DEGRADERS)}")
-        if self.mask_ratio is not None and not (
-            _is_real(self.mask_ratio) and 0 < self.mask_ratio < 1
-        ):
+        if self.mask_ratio is not None and not (_is_real(self.mask_ratio) and 0 < self.mask_ratio < 1):
             raise bad("mask_ratio", "None or a number in (0, 1)")
         if not isinstance(self.mask_placeholder, str):
             raise bad("mask_placeholder", "a string")
@@ -152,18 +134,12 @@ class GameConfig:
             value = getattr(self, name)
             if not _is_int(value) or value < low:
                 raise bad(name, f"an integer >= {low}")
-        if self.max_documents is not None and (
-            not _is_int(self.max_documents) or self.max_documents < 1
-        ):
+        if self.max_documents is not None and (not _is_int(self.max_documents) or self.max_documents < 1):
             raise bad("max_documents", "None or an integer >= 1")
         if not isinstance(self.prompts, Mapping):
             raise bad("prompts", "a mapping of template name to format string")
         validate_templates(self.prompts)
-        if (
-            self.resolved_degrade == "neighbor"
-            and isinstance(self.corpus, (list, tuple))
-            and len(self.corpus) < 2
-        ):
+        if self.resolved_degrade == "neighbor" and isinstance(self.corpus, (list, tuple)) and len(self.corpus) < 2:
             raise bad("corpus", "a corpus of at least 2 documents for degrade='neighbor'")
 
     @property
@@ -180,17 +156,13 @@ class GameConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(values) - known
         if unknown:
-            raise ValueError(
-                f"GameConfig: unknown fields {sorted(unknown)}; known: {sorted(known)}"
-            )
+            raise ValueError(f"GameConfig: unknown fields {sorted(unknown)}; known: {sorted(known)}")
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         if not isinstance(self.corpus, str):
-            out["corpus"] = (
-                f"<{len(self.corpus)} rows>" if hasattr(self.corpus, "__len__") else "<rows>"
-            )
+            out["corpus"] = f"<{len(self.corpus)} rows>" if hasattr(self.corpus, "__len__") else "<rows>"
         out["prompts"] = dict(self.prompts)
         return out
 

@@ -74,9 +74,7 @@ class CorpusFilter:
 
     def __post_init__(self) -> None:
         if self.unit not in ("chars", "words", "tokens"):
-            raise ValueError(
-                f"CorpusFilter.unit must be 'chars', 'words' or 'tokens', got {self.unit!r}"
-            )
+            raise ValueError(f"CorpusFilter.unit must be 'chars', 'words' or 'tokens', got {self.unit!r}")
         if self.unit == "tokens" and self.tokenizer is None:
             raise ValueError("CorpusFilter.tokenizer is required when unit='tokens'")
         if self.min_length < 0:
@@ -84,9 +82,7 @@ class CorpusFilter:
         for name in ("max_length", "truncate"):
             value = getattr(self, name)
             if value is not None and value < max(1, self.min_length):
-                raise ValueError(
-                    f"CorpusFilter.{name} must be None or >= min_length ({self.min_length}), got {value}"
-                )
+                raise ValueError(f"CorpusFilter.{name} must be None or >= min_length ({self.min_length}), got {value}")
 
     def length(self, text: str) -> int:
         if self.unit == "chars":
@@ -248,9 +244,7 @@ def load_hub(
     README), which is how the tests exercise this code path offline.
     """
     if path == NEMOTRON_ID and name not in NEMOTRON_CONFIGS:
-        raise ValueError(
-            f"Nemotron-CC-Math-v1 config must be one of {NEMOTRON_CONFIGS}, got {name!r}"
-        )
+        raise ValueError(f"Nemotron-CC-Math-v1 config must be one of {NEMOTRON_CONFIGS}, got {name!r}")
     stream = _datasets().load_dataset(path, name, split=split, streaming=True, **load_kwargs)
     source = f"{path}" + (f":{name}" if name else "")
     return documents_from_rows(stream, filt, max_documents=max_documents, source=source)[0]
@@ -264,19 +258,12 @@ def load_corpus(
 ) -> list[Document]:
     """Load a corpus from a spec (see the module docstring) or a sequence of rows/documents."""
     if isinstance(source, (list, tuple)):
-        rows = [
-            {"id": r.id, "text": r.text, "metadata": r.metadata} if isinstance(r, Document) else r
-            for r in source
-        ]
-        return documents_from_rows(rows, filt, max_documents=max_documents, source="given corpus")[
-            0
-        ]
+        rows = [{"id": r.id, "text": r.text, "metadata": r.metadata} if isinstance(r, Document) else r for r in source]
+        return documents_from_rows(rows, filt, max_documents=max_documents, source="given corpus")[0]
     if isinstance(source, Path):
         return load_local(source, filt, max_documents=max_documents)
     if not isinstance(source, str):
-        raise ValueError(
-            f"corpus must be a spec string, a path or a list of rows, got {type(source).__name__}"
-        )
+        raise ValueError(f"corpus must be a spec string, a path or a list of rows, got {type(source).__name__}")
     if source == "embedded":
         docs = load_embedded(filt)
         return docs[:max_documents] if max_documents else docs

@@ -88,9 +88,7 @@ _OPTION_KEYS = ("document_index", "document_id", "spy_seat", "degrade_seed")
 
 
 @functools.lru_cache(maxsize=8)
-def _cached_corpus(
-    source: str, max_document_chars: int, max_documents: int | None
-) -> tuple[Document, ...]:
+def _cached_corpus(source: str, max_document_chars: int, max_documents: int | None) -> tuple[Document, ...]:
     filt = CorpusFilter(truncate=max_document_chars)
     return tuple(load_corpus(source, filt, max_documents=max_documents))
 
@@ -149,18 +147,12 @@ class SpyGame:
         if isinstance(config.corpus, tuple) and all(isinstance(d, Document) for d in config.corpus):
             self.documents = config.corpus  # already loaded and filtered (e.g. by the runner)
         elif isinstance(config.corpus, str):
-            self.documents = _cached_corpus(
-                config.corpus, config.max_document_chars, config.max_documents
-            )
+            self.documents = _cached_corpus(config.corpus, config.max_document_chars, config.max_documents)
         else:
             filt = CorpusFilter(truncate=config.max_document_chars)
-            self.documents = tuple(
-                load_corpus(config.corpus, filt, max_documents=config.max_documents)
-            )
+            self.documents = tuple(load_corpus(config.corpus, filt, max_documents=config.max_documents))
         if config.resolved_degrade == "neighbor" and len(self.documents) < 2:
-            raise ValueError(
-                "GameConfig.corpus must hold at least 2 documents for degrade='neighbor'"
-            )
+            raise ValueError("GameConfig.corpus must hold at least 2 documents for degrade='neighbor'")
         self._index_of_id = {doc.id: i for i, doc in enumerate(self.documents)}
         self._shingles: dict[int, frozenset[int]] = {}
         self.possible_agents = [f"player_{i}" for i in range(config.n_players)]
@@ -187,9 +179,7 @@ class SpyGame:
                     "system": _text_space(8_192),
                     "prompt": _text_space(self.max_prompt_chars),
                     "copy": _text_space(cfg.max_document_chars),
-                    "performances": spaces.Tuple(
-                        [_text_space(cfg.max_performance_chars) for _ in range(n)]
-                    ),
+                    "performances": spaces.Tuple([_text_space(cfg.max_performance_chars) for _ in range(n)]),
                     "stage": spaces.Discrete(2),
                     "round": spaces.Discrete(cfg.rounds),
                     "seat": spaces.Discrete(n),
@@ -221,9 +211,7 @@ class SpyGame:
         index = self._document_index(options, drawn_index)
         spy_seat = int(options.get("spy_seat", drawn_spy))
         if not 0 <= spy_seat < cfg.n_players:
-            raise ValueError(
-                f"options['spy_seat'] must be in 0..{cfg.n_players - 1}, got {spy_seat}"
-            )
+            raise ValueError(f"options['spy_seat'] must be in 0..{cfg.n_players - 1}, got {spy_seat}")
         degrade_seed = int(options.get("degrade_seed", drawn_degrade_seed))
         document = self.documents[index]
         context = DegradeContext(
@@ -232,9 +220,7 @@ class SpyGame:
             relevant_first=cfg.relevant_spans_first,
             neighbor=lambda: self.documents[self._neighbor(index)].text,
         )
-        degraded = DEGRADERS[cfg.resolved_degrade](
-            document.text, np.random.default_rng(degrade_seed), context
-        )
+        degraded = DEGRADERS[cfg.resolved_degrade](document.text, np.random.default_rng(degrade_seed), context)
         if index not in self._shingles:
             self._shingles[index] = shingles(document.text, cfg.copy_min_words)
         self.game = Game(cfg, self.task, document, spy_seat, degraded, self._shingles[index])
@@ -250,9 +236,7 @@ class SpyGame:
             return self._index_of_id[doc_id]
         index = int(options.get("document_index", drawn))
         if not 0 <= index < len(self.documents):
-            raise ValueError(
-                f"options['document_index'] must be in 0..{len(self.documents) - 1}, got {index}"
-            )
+            raise ValueError(f"options['document_index'] must be in 0..{len(self.documents) - 1}, got {index}")
         return index
 
     def _neighbor(self, index: int) -> int:
@@ -316,9 +300,7 @@ class SpyGame:
         """Info about ``seat``'s latest action in ``stage``: violations and penalty."""
         game = self.game
         assert game is not None
-        record = (game.current.performances if stage is Stage.PERFORM else game.current.votes).get(
-            seat
-        )
+        record = (game.current.performances if stage is Stage.PERFORM else game.current.votes).get(seat)
         if record is None:  # the round just resolved and a new one began
             log = game.log[-2]
             record = log.performances[seat] if stage is Stage.PERFORM else log.votes[seat]
@@ -347,9 +329,7 @@ class SpyGame:
 
     def render(self, render_mode: str | None) -> str | None:
         if render_mode is None:
-            gymnasium.logger.warn(
-                "render() called without a render_mode; pass render_mode='ansi' or 'human'"
-            )
+            gymnasium.logger.warn("render() called without a render_mode; pass render_mode='ansi' or 'human'")
             return None
         if self.game is None:
             return None
@@ -371,15 +351,11 @@ class raw_env(AECEnv, EzPickle):
         "is_parallelizable": True,
     }
 
-    def __init__(
-        self, config: GameConfig | None = None, render_mode: str | None = None, **overrides: Any
-    ):
+    def __init__(self, config: GameConfig | None = None, render_mode: str | None = None, **overrides: Any):
         EzPickle.__init__(self, config, render_mode, **overrides)
         super().__init__()
         if render_mode is not None and render_mode not in _RENDER_MODES:
-            raise ValueError(
-                f"render_mode must be None or one of {_RENDER_MODES}, got {render_mode!r}"
-            )
+            raise ValueError(f"render_mode must be None or one of {_RENDER_MODES}, got {render_mode!r}")
         self.config = _config_from(config, overrides)
         self.render_mode = render_mode
         self._core = SpyGame(self.config)
@@ -460,14 +436,10 @@ class parallel_env(ParallelEnv, EzPickle):
         "is_parallelizable": True,
     }
 
-    def __init__(
-        self, config: GameConfig | None = None, render_mode: str | None = None, **overrides: Any
-    ):
+    def __init__(self, config: GameConfig | None = None, render_mode: str | None = None, **overrides: Any):
         EzPickle.__init__(self, config, render_mode, **overrides)
         if render_mode is not None and render_mode not in _RENDER_MODES:
-            raise ValueError(
-                f"render_mode must be None or one of {_RENDER_MODES}, got {render_mode!r}"
-            )
+            raise ValueError(f"render_mode must be None or one of {_RENDER_MODES}, got {render_mode!r}")
         self.config = _config_from(config, overrides)
         self.render_mode = render_mode
         self._core = SpyGame(self.config)
@@ -532,16 +504,12 @@ class parallel_env(ParallelEnv, EzPickle):
         pass
 
 
-def env(
-    config: GameConfig | None = None, render_mode: str | None = None, **overrides: Any
-) -> AECEnv:
+def env(config: GameConfig | None = None, render_mode: str | None = None, **overrides: Any) -> AECEnv:
     """The AEC environment with PettingZoo's standard wrappers."""
     return wrappers.OrderEnforcingWrapper(raw_env(config, render_mode=render_mode, **overrides))
 
 
-def make(
-    config: GameConfig | None = None, *, render_mode: str | None = None, **overrides: Any
-) -> AECEnv:
+def make(config: GameConfig | None = None, *, render_mode: str | None = None, **overrides: Any) -> AECEnv:
     """``spy_env.make(n_players=5, degrade="mask_spans", ...)``: a ready-to-use AEC environment.
 
     Keyword arguments are :class:`GameConfig` fields; unknown ones raise ``ValueError``.

@@ -105,9 +105,7 @@ class Game:
         self.document = document
         self.spy_seat = spy_seat
         self.degraded = degraded
-        self.views: tuple[str, ...] = tuple(
-            degraded.text if seat == spy_seat else document.text for seat in range(n)
-        )
+        self.views: tuple[str, ...] = tuple(degraded.text if seat == spy_seat else document.text for seat in range(n))
         self.alive: list[bool] = [True] * n
         self.stage = Stage.PERFORM
         self.log: list[RoundLog] = [RoundLog(round=0)]
@@ -140,11 +138,7 @@ class Game:
 
     def legal_targets(self, seat: int) -> list[int]:
         """Seats ``seat`` may vote for (0-based)."""
-        return [
-            s
-            for s in range(self.n_players)
-            if self.alive[s] and (s != seat or self.config.allow_self_vote)
-        ]
+        return [s for s in range(self.n_players) if self.alive[s] and (s != seat or self.config.allow_self_vote)]
 
     def shown_performances(self) -> list[str | None]:
         """This round's performances as the voters see them (``None`` for dead seats)."""
@@ -220,10 +214,7 @@ class Game:
         alive = tuple(self.alive)
         votes = tuple(log.votes[s].target if alive[s] else None for s in range(n))
         received = rewards.votes_received(votes, n)
-        detect = [
-            r if alive[s] else 0.0
-            for s, r in enumerate(rewards.detection_rewards(votes, self.spy_seat))
-        ]
+        detect = [r if alive[s] else 0.0 for s, r in enumerate(rewards.detection_rewards(votes, self.spy_seat))]
         perform = rewards.performing_rewards(received, self.spy_seat, alive, cfg.beta, cfg.lam)
         eliminated = rewards.plurality_elimination(received, alive)
         result = RoundResult(
@@ -233,9 +224,7 @@ class Game:
             votes_received=tuple(received),
             detect=tuple(detect),
             perform=tuple(perform),
-            perform_penalty=tuple(
-                log.performances[s].penalty if alive[s] else 0.0 for s in range(n)
-            ),
+            perform_penalty=tuple(log.performances[s].penalty if alive[s] else 0.0 for s in range(n)),
             vote_penalty=tuple(log.votes[s].penalty if alive[s] else 0.0 for s in range(n)),
             eliminated=eliminated,
             spy_caught=eliminated == self.spy_seat,
@@ -276,10 +265,7 @@ class Game:
             "spy_seat": self.spy_seat,
             "document_id": self.document.id,
             "degrade": self.degraded.operator,
-            "removed_spans": [
-                [span.start, span.end, span.original, span.replacement]
-                for span in self.degraded.spans
-            ],
+            "removed_spans": [[span.start, span.end, span.original, span.replacement] for span in self.degraded.spans],
             "votes": [list(r.votes) for r in results],
             "votes_received": [list(r.votes_received) for r in results],
             "eliminated": [r.eliminated for r in results],
@@ -299,11 +285,7 @@ class Game:
                 for s, t in enumerate(result.votes)
                 if result.alive[s]
             )
-            out = (
-                "nobody (tie)"
-                if result.eliminated is None
-                else f"Player {result.eliminated + 1} (a civilian)"
-            )
+            out = "nobody (tie)" if result.eliminated is None else f"Player {result.eliminated + 1} (a civilian)"
             lines.append(f"Round {result.round + 1} votes: {votes}. Eliminated: {out}.")
         if not lines:
             return ""

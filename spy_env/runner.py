@@ -138,9 +138,7 @@ class Runner:
                 options = {"document_index": document_index}
                 if self.replay_setup:
                     options.update(shared)
-                setups.append(
-                    {"seed": int(rng.integers(2**31 - 1)), "group": group, "options": options}
-                )
+                setups.append({"seed": int(rng.integers(2**31 - 1)), "group": group, "options": options})
         return setups
 
     def _env(self, i: int) -> parallel_env:
@@ -153,12 +151,8 @@ class Runner:
         observations, _ = env.reset(seed=setup["seed"], options=setup["options"])
         seat_policies = policies(game_index) if callable(policies) else policies
         if len(seat_policies) != self.config.n_players:
-            raise ValueError(
-                f"need one policy per seat ({self.config.n_players}), got {len(seat_policies)}"
-            )
-        return _Slot(
-            game_index, env, observations, seat_policies, setup["group"], setup["seed"], {}
-        )
+            raise ValueError(f"need one policy per seat ({self.config.n_players}), got {len(seat_policies)}")
+        return _Slot(game_index, env, observations, seat_policies, setup["group"], setup["seed"], {})
 
     def _stage(self, slots: Sequence[_Slot], policy_version: int) -> None:
         """One stage for every game: one batched ``act`` per policy, then step every game."""
@@ -180,9 +174,7 @@ class Runner:
             step_actions = {a: actions[(slot.index, a)].text for a in agents}
             for agent in agents:
                 action = actions[(slot.index, agent)]
-                slot.rows[(round_, stage, agent)] = self._row(
-                    slot, agent, stage, round_, action, policy_version
-                )
+                slot.rows[(round_, stage, agent)] = self._row(slot, agent, stage, round_, action, policy_version)
             observations, _, _, _, infos = slot.env.step(step_actions)
             for agent in agents:
                 row = slot.rows[(round_, stage, agent)]
@@ -193,9 +185,7 @@ class Runner:
                     self._fill_rewards(slot, agent, round_, infos[agent])
             slot.observations = observations
 
-    def _row(
-        self, slot: _Slot, agent: str, stage: str, round_: int, action: Action, version: int
-    ) -> dict:
+    def _row(self, slot: _Slot, agent: str, stage: str, round_: int, action: Action, version: int) -> dict:
         seat = slot.env.seat_of[agent]
         return {
             "run_id": self.run_id,
@@ -223,15 +213,11 @@ class Runner:
         perform_row = slot.rows[(round_, "perform", agent)]
         perform_row["reward_perform"] = comps["perform"]
         perform_row["reward_penalty"] = comps["perform_penalty"]
-        perform_row["reward"] = (
-            cfg.weight_perform * comps["perform"] + cfg.weight_penalty * comps["perform_penalty"]
-        )
+        perform_row["reward"] = cfg.weight_perform * comps["perform"] + cfg.weight_penalty * comps["perform_penalty"]
         vote_row = slot.rows[(round_, "vote", agent)]
         vote_row["reward_detect"] = comps["detect"]
         vote_row["reward_penalty"] = comps["vote_penalty"]
-        vote_row["reward"] = (
-            cfg.weight_detect * comps["detect"] + cfg.weight_penalty * comps["vote_penalty"]
-        )
+        vote_row["reward"] = cfg.weight_detect * comps["detect"] + cfg.weight_penalty * comps["vote_penalty"]
         for row in (perform_row, vote_row):
             row["votes_received"] = info["votes_received"]
 
@@ -246,9 +232,7 @@ class Runner:
             row["role"] = "spy" if is_spy else "civilian"
             row["spy_seat"] = game.spy_seat
             row["spy_caught"] = caught
-            row["trainable"] = not (
-                is_spy and row["stage"] == "vote" and not self.config.train_spy_vote
-            )
+            row["trainable"] = not (is_spy and row["stage"] == "vote" and not self.config.train_spy_vote)
         return rows
 
 
@@ -332,9 +316,5 @@ def rollout(
     run_id: str | None = None,
 ) -> EpisodeBuffer:
     """Play ``num_games`` games with one policy per seat and return the episode buffer."""
-    runner = Runner(
-        config, games_per_document=games_per_document, replay_setup=replay_setup, run_id=run_id
-    )
-    return runner.run(
-        policies, num_games, seed=seed, policy_version=policy_version, progress=progress
-    )
+    runner = Runner(config, games_per_document=games_per_document, replay_setup=replay_setup, run_id=run_id)
+    return runner.run(policies, num_games, seed=seed, policy_version=policy_version, progress=progress)

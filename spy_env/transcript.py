@@ -26,9 +26,7 @@ def transcript(game: Game, *, full: bool = False) -> Text:
     limit = 10**9 if full else _PREVIEW_CHARS
     out = Text()
     out.append(f"Who Is the Spy? — document {game.document.id}", style="bold")
-    out.append(
-        f"  ({game.n_players} players, task {game.task.name}, degrade {game.degraded.operator})\n"
-    )
+    out.append(f"  ({game.n_players} players, task {game.task.name}, degrade {game.degraded.operator})\n")
     for log in game.log:
         out.append(f"\n── Round {log.round + 1}: performances ──\n", style="bold cyan")
         for seat in sorted(log.performances):

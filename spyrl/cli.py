@@ -24,9 +24,7 @@ def _add_game_args(p: argparse.ArgumentParser, default_agent: str = "heuristic")
     g = p.add_argument_group("game")
     g.add_argument("--players", type=int, default=5, help="players per game (3..10)")
     g.add_argument("--rounds", type=int, default=1, help="maximum rounds (plurality elimination)")
-    g.add_argument(
-        "--degrade", choices=sorted(DEGRADERS), default=None, help="degradation operator g"
-    )
+    g.add_argument("--degrade", choices=sorted(DEGRADERS), default=None, help="degradation operator g")
     g.add_argument("--mask-ratio", type=float, default=None, help="share of the text g changes")
     g.add_argument("--task", choices=sorted(TASKS), default="math")
     g.add_argument(
@@ -55,9 +53,7 @@ def _add_game_args(p: argparse.ArgumentParser, default_agent: str = "heuristic")
     s.add_argument("--temperature", type=float, default=0.7)
     s.add_argument("--top-p", type=float, default=1.0)
     s.add_argument("--max-new-tokens", type=int, default=128)
-    s.add_argument(
-        "--batch-size", type=int, default=16, help="generation batch size of local models"
-    )
+    s.add_argument("--batch-size", type=int, default=16, help="generation batch size of local models")
 
 
 def _game_config(args: argparse.Namespace) -> GameConfig:
@@ -127,9 +123,7 @@ def _results_table(rows: Sequence[dict[str, Any]], n_players: int) -> Table:
         "reward",
         "violations",
     ):
-        table.add_column(
-            col, justify="right" if col not in ("role", "agent", "violations") else "left"
-        )
+        table.add_column(col, justify="right" if col not in ("role", "agent", "violations") else "left")
     for seat in range(n_players):
         mine = [r for r in rows if r["seat"] == seat]
         if not mine:
@@ -182,9 +176,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
     config = _game_config(args)
     policies = _seat_policies(args, config.n_players)
-    runner = Runner(
-        config, games_per_document=args.games_per_document, replay_setup=args.replay_setup
-    )
+    runner = Runner(config, games_per_document=args.games_per_document, replay_setup=args.replay_setup)
     buffer = runner.run(policies, args.games, seed=args.seed, progress=not args.quiet)
     path = buffer.save(args.out)
     metrics = game_metrics(buffer)
@@ -262,9 +254,7 @@ def cmd_tournament(args: argparse.Namespace) -> int:
     if len(set(names)) != len(names):
         raise ValueError(f"--agents lists an agent twice: {args.agents!r}")
     policies = {name: _load_agent(name, args) for name in names}
-    result = run_tournament(
-        policies, args.games, config=config, seed=args.seed, progress=not args.quiet
-    )
+    result = run_tournament(policies, args.games, config=config, seed=args.seed, progress=not args.quiet)
     paths = result.save(args.out)
     print(result.table())
     console.print(f"written to {args.out}: " + ", ".join(p.name for p in paths.values()))
@@ -273,17 +263,13 @@ def cmd_tournament(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="spyrl", description="RLSVR / SpyRL: Who Is the Spy? over math documents"
-    )
+    parser = argparse.ArgumentParser(prog="spyrl", description="RLSVR / SpyRL: Who Is the Spy? over math documents")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("play", help="play one game and print its transcript and rewards")
     _add_game_args(p, default_agent="auto")
     p.add_argument("--full", action="store_true", help="do not clip long texts")
-    p.add_argument(
-        "--out", default=None, help="also save the game's episode buffer (.parquet/.jsonl)"
-    )
+    p.add_argument("--out", default=None, help="also save the game's episode buffer (.parquet/.jsonl)")
     p.set_defaults(func=cmd_play)
 
     p = sub.add_parser("rollout", help="play N games and save an episode buffer")
@@ -291,9 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--games", type=int, default=100)
     p.add_argument("--out", required=True, help="output file, .parquet or .jsonl")
     p.add_argument("--games-per-document", type=int, default=1)
-    p.add_argument(
-        "--replay-setup", action="store_true", help="games of a group share spy seat and masks"
-    )
+    p.add_argument("--replay-setup", action="store_true", help="games of a group share spy seat and masks")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_rollout)
 
@@ -304,21 +288,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full", action="store_true")
     p.set_defaults(func=cmd_replay)
 
-    p = sub.add_parser(
-        "tournament", help="mixed tables of agents: per-agent metrics, ratings, chart"
-    )
+    p = sub.add_parser("tournament", help="mixed tables of agents: per-agent metrics, ratings, chart")
     _add_game_args(p)
     p.add_argument("--agents", default="heuristic,random", help="comma-separated agent specs")
-    p.add_argument(
-        "--games", type=int, default=60, help="number of games; every agent sits at every game"
-    )
+    p.add_argument("--games", type=int, default=60, help="number of games; every agent sits at every game")
     p.add_argument("--out", default="runs/tournament", help="output folder")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_tournament)
 
-    p = sub.add_parser(
-        "baselines", help="detection accuracy of scripted agents per degradation operator"
-    )
+    p = sub.add_parser("baselines", help="detection accuracy of scripted agents per degradation operator")
     p.add_argument("--games", type=int, default=500)
     p.add_argument("--players", type=int, default=5)
     p.add_argument("--degrade", default="all", help="'all' or a comma-separated list")

@@ -59,9 +59,7 @@ class Server:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"transformers serve exited with {self.proc.returncode}; see {log_path}"
-                )
+                raise RuntimeError(f"transformers serve exited with {self.proc.returncode}; see {log_path}")
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
                     if r.status == 200:

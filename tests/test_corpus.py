@@ -131,9 +131,7 @@ def test_length_units_and_truncation():
     assert cut.text.rstrip()[-1] in ".!?:$" or cut.text.endswith("\n") or len(cut.text) > 250
     words = documents_from_rows(rows, CorpusFilter(unit="words", truncate=60, min_length=10))[0][0]
     assert len(words.text.split()) <= 60
-    toks = documents_from_rows(
-        rows, CorpusFilter(unit="tokens", tokenizer=list, min_length=10, truncate=300)
-    )[0][0]
+    toks = documents_from_rows(rows, CorpusFilter(unit="tokens", tokenizer=list, min_length=10, truncate=300))[0][0]
     assert len(toks.text) <= 300
     with pytest.raises(ValueError, match="max_length"):
         documents_from_rows(rows, CorpusFilter(max_length=50))

@@ -35,9 +35,7 @@ def test_api(case):
 @pytest.mark.parametrize("case", CASES, ids=_ids)
 def test_parallel_api(case):
     n, degrade, rounds = case
-    parallel_api_test(
-        spy_env.parallel_env(n_players=n, degrade=degrade, rounds=rounds), num_cycles=30
-    )
+    parallel_api_test(spy_env.parallel_env(n_players=n, degrade=degrade, rounds=rounds), num_cycles=30)
 
 
 @pytest.mark.parametrize("case", CASES, ids=_ids)
@@ -49,9 +47,7 @@ def test_seed(case):
 @pytest.mark.parametrize("case", CASES, ids=_ids)
 def test_parallel_seed(case):
     n, degrade, rounds = case
-    parallel_seed_test(
-        lambda: spy_env.parallel_env(n_players=n, degrade=degrade, rounds=rounds), num_cycles=30
-    )
+    parallel_seed_test(lambda: spy_env.parallel_env(n_players=n, degrade=degrade, rounds=rounds), num_cycles=30)
 
 
 def test_registered_with_pettingzoo():

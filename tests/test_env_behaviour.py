@@ -111,9 +111,7 @@ def test_observation_fields():
 def test_think_is_stripped_before_others_see_it():
     env = spy_env.parallel_env(n_players=3)
     env.reset(seed=0)
-    obs, *_ = env.step(
-        {a: "<think>my secret plan</think>Problem... $\\boxed{2}$" for a in env.agents}
-    )
+    obs, *_ = env.step({a: "<think>my secret plan</think>Problem... $\\boxed{2}$" for a in env.agents})
     assert "secret" not in obs["player_0"]["prompt"]
     assert obs["player_0"]["performances"][1] == "Problem... $\\boxed{2}$"
 

@@ -110,9 +110,7 @@ def test_same_seed_same_game(seed, degrade):
         env = spy_env.make(degrade=degrade, n_players=4)
         env.reset(seed=seed)
         game = env.unwrapped.game
-        games.append(
-            (game.document.id, game.spy_seat, game.views, env.observe("player_0")["prompt"])
-        )
+        games.append((game.document.id, game.spy_seat, game.views, env.observe("player_0")["prompt"]))
     assert games[0] == games[1]
 
 

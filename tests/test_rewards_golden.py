@@ -18,9 +18,7 @@ def test_all_valid_votes():
     # Spy = Player 3 (seat 2). Votes (1-based): 3, 3, 1, 3, 2 -> received P1:1 P2:1 P3:3.
     # m_u = 3, civilians [1, 1, 0, 0] -> mean 0.5, gap 2.5.
     env = spy_env.parallel_env()
-    [(rewards, terms, infos)] = play_scripted(
-        env, [(None, [vote(3), vote(3), vote(1), vote(3), vote(2)])], spy_seat=2
-    )
+    [(rewards, terms, infos)] = play_scripted(env, [(None, [vote(3), vote(3), vote(1), vote(3), vote(2)])], spy_seat=2)
     perform = [infos[a]["reward_components"]["perform"] for a in P]
     detect = [infos[a]["reward_components"]["detect"] for a in P]
     assert perform == approx([0.125, 0.125, -2.5, 1.125, 1.125])
@@ -37,13 +35,9 @@ def test_abstentions_and_invalid_votes():
     replies = [vote("N/A"), "I refuse to vote", vote(3), vote(9), vote(3)]
     [(rewards, _, infos)] = play_scripted(env, [(None, replies)], spy_seat=2)
     # Only P5 voted validly, for the spy: m_u = 1, civilians all 0 -> gap 1.
-    assert [infos[a]["reward_components"]["perform"] for a in P] == approx(
-        [0.25, 0.25, -1.0, 0.25, 0.25]
-    )
+    assert [infos[a]["reward_components"]["perform"] for a in P] == approx([0.25, 0.25, -1.0, 0.25, 0.25])
     assert [infos[a]["reward_components"]["detect"] for a in P] == [0, 0, 0, 0, 1]
-    assert [infos[a]["reward_components"]["vote_penalty"] for a in P] == approx(
-        [0, -0.1, -0.1, -0.1, 0]
-    )
+    assert [infos[a]["reward_components"]["vote_penalty"] for a in P] == approx([0, -0.1, -0.1, -0.1, 0])
     assert [rewards[a] for a in P] == approx([0.25, 0.15, -1.1, 0.15, 1.25])
     assert infos["player_1"]["violations"] == ["missing_vote"]
     assert infos["player_2"]["violations"] == ["self_vote"]
@@ -102,9 +96,7 @@ def test_ties_and_elimination_over_three_rounds():
     assert [r3[a] for a in alive] == approx([2 / 9 + 1, 11 / 9 + 1, -8 / 3, 11 / 9 + 1])
     assert all(t3.values()) and env.agents == []
     truth = i3["player_0"]["truth"]
-    assert (
-        truth["eliminated"] == [None, 3, 2] and truth["spy_caught"] and truth["rounds_played"] == 3
-    )
+    assert truth["eliminated"] == [None, 3, 2] and truth["spy_caught"] and truth["rounds_played"] == 3
 
 
 def test_game_ends_when_two_players_remain():

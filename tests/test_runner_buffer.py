@@ -43,11 +43,7 @@ def test_one_batched_call_per_policy_per_stage():
     assert a.batches == [24, 24] and b.batches == [36, 36]  # perform + vote, all 12 games at once
     assert len(buffer) == 12 * 2 * 5
     row = buffer.rows[0]
-    assert (
-        row["prompt_token_ids"] == [1, 2]
-        and row["logprobs"] == [-0.5]
-        and row["finish_reason"] == "stop"
-    )
+    assert row["prompt_token_ids"] == [1, 2] and row["logprobs"] == [-0.5] and row["finish_reason"] == "stop"
     assert {r["agent_name"] for r in buffer} == {"a", "b"}
 
 
@@ -80,9 +76,7 @@ def test_games_per_document_and_replay_setup():
         assert len({r["document_id"] for r in rows}) == 1
         assert len({r["spy_seat"] for r in rows}) == 1
         for seat in range(5):
-            prompts = {
-                str(r["prompt"]) for r in rows if r["seat"] == seat and r["stage"] == "perform"
-            }
+            prompts = {str(r["prompt"]) for r in rows if r["seat"] == seat and r["stage"] == "perform"}
             assert len(prompts) == 1  # identical performing prompt across the group
     free = Runner(GameConfig(), games_per_document=4).run(policies, 40, seed=0)
     spy_sets = defaultdict(set)
@@ -105,9 +99,7 @@ def test_failing_policies_become_forfeits_and_lose_no_rows():
             return ["<vote>1</vote>"]
 
     heuristic = agents.load("heuristic")
-    buffer = rollout(
-        GameConfig(n_players=5), [heuristic, Broken(), heuristic, Short(), heuristic], 8, seed=0
-    )
+    buffer = rollout(GameConfig(n_players=5), [heuristic, Broken(), heuristic, Short(), heuristic], 8, seed=0)
     assert len(buffer) == 8 * 2 * 5
     errors = Counter(r["agent_name"] for r in buffer if r["error"])
     assert errors == {"broken": 16, "short": 16}
@@ -121,9 +113,7 @@ def test_deterministic_given_seed():
     def run():
         return [
             (r["document_id"], r["spy_seat"], r["completion"], r["reward"])
-            for r in rollout(
-                GameConfig(), [agents.load("random", seed=3)] * 5, 10, seed=5, run_id="x"
-            )
+            for r in rollout(GameConfig(), [agents.load("random", seed=3)] * 5, 10, seed=5, run_id="x")
         ]
 
     assert run() == run()
@@ -143,10 +133,7 @@ def test_save_load_roundtrip(tmp_path, suffix):
             else:
                 assert a[key] == b[key], key
     ds = loaded.to_dataset()
-    assert (
-        ds[0]["prompt"][0]["role"] == "system"
-        and ds.features == EpisodeBuffer().to_dataset().features
-    )
+    assert ds[0]["prompt"][0]["role"] == "system" and ds.features == EpisodeBuffer().to_dataset().features
 
 
 def test_save_is_atomic(tmp_path, monkeypatch):

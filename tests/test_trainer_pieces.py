@@ -135,14 +135,16 @@ def test_loss_matches_trl(loss_type, level):
         epsilon_low=0.2, epsilon_high=0.28, beta=0.001, max_completion_length=10,
     )  # fmt: skip
     (g_ours,) = torch.autograd.grad(ours.loss, logps)
-    theirs = trl_loss(logps, old, ref, adv, mask, loss_type=loss_type, level=level, beta=0.001, eps_lo=0.2, eps_hi=0.28, L=10)
+    theirs = trl_loss(
+        logps, old, ref, adv, mask, loss_type=loss_type, level=level, beta=0.001, eps_lo=0.2, eps_hi=0.28, L=10
+    )
     (g_theirs,) = torch.autograd.grad(theirs, logps)
     assert ours.loss.item() == pytest.approx(theirs.item(), abs=1e-5)
     assert torch.allclose(g_ours, g_theirs, atol=1e-5)
 
 
 def test_loss_sign_pushes_probability_toward_positive_advantages():
-    logps, old, _, _, mask = fixed_inputs()
+    logps, _, _, _, mask = fixed_inputs()
     adv = torch.tensor([1.0, -1.0, 1.0, -1.0])
     out = clipped_policy_loss(logps, logps.detach(), adv, mask, level="action")
     (grad,) = torch.autograd.grad(out.loss, logps)
@@ -189,7 +191,18 @@ def test_stage_controller_switches_with_hysteresis():
         (0.95, 0.55),  # perform, 1 iteration: stays (K_min)
         (0.95, 0.55),  # na >= 0.5 -> detect
     ]]  # fmt: skip
-    assert stages == ["detect", "perform", "perform", "perform", "perform", "detect", "detect", "perform", "perform", "detect"]
+    assert stages == [
+        "detect",
+        "perform",
+        "perform",
+        "perform",
+        "perform",
+        "detect",
+        "detect",
+        "perform",
+        "perform",
+        "detect",
+    ]
     assert c.switches == [2, 6, 8, 10]
     restored = StageController()
     restored.load_state_dict(c.state_dict())
@@ -207,7 +220,15 @@ def test_stage_controller_ema_smooths():
 
 def test_fixed_schedules():
     c = StageController(schedule="alternate", k_min=3)
-    assert [c.update(0.0, 1.0) for _ in range(7)] == ["detect", "detect", "perform", "perform", "perform", "detect", "detect"]
+    assert [c.update(0.0, 1.0) for _ in range(7)] == [
+        "detect",
+        "detect",
+        "perform",
+        "perform",
+        "perform",
+        "detect",
+        "detect",
+    ]
     only = StageController(schedule="perform")
     assert {only.update(1.0, 0.0) for _ in range(10)} == {"perform"}
     with pytest.raises(ValueError):

@@ -41,7 +41,10 @@ class SpyRLConfig:
     """Configuration of :class:`trainers.SpyRLTrainer` (DESIGN §6)."""
 
     # ---------------------------------------------------------------- model
-    model: str = _f("Qwen/Qwen3-4B-Instruct-2507", "Policy model: hub id or folder ('tiny' builds a tiny random model).")
+    model: str = _f(
+        "Qwen/Qwen3-4B-Instruct-2507",
+        "Policy model: hub id or folder ('tiny' builds a tiny random model).",
+    )
     output_dir: str = _f("runs/spyrl", "Where checkpoints, buffers, metrics and plots go.")
     dtype: str = _f("auto", "Model dtype: auto (bf16 on GPU, fp32 on CPU), float32, bfloat16.")
     device: str = _f("auto", "auto, cpu or cuda (single process; multi-GPU via accelerate launch).")
@@ -51,7 +54,7 @@ class SpyRLConfig:
     lora_dropout: float = _f(0.05, "LoRA dropout.")
     lora_target_modules: str = _f("all-linear", "peft target_modules.")
     # ----------------------------------------------------------------- game
-    game: dict = _f({}, "GameConfig overrides (n_players, rounds, degrade, corpus, prompts, ...).")
+    game: dict = _f({}, "GameConfig overrides (n_players, rounds, degrade, corpus, prompts, ...).")  # noqa: RUF009
     documents_per_iteration: int = _f(128, "Documents per iteration (paper: 128).")
     games_per_document: int = _f(8, "Games sharing a document: the GRPO group (paper: 8).")
     replay_setup: bool = _f(True, "Games of a group also share spy seat and masks (exchangeable groups).")
@@ -65,6 +68,9 @@ class SpyRLConfig:
     max_completion_tokens: int = _f(4096, "Completion budget (max new tokens).")
     generation_batch_size: int = _f(64, "hf backend generation batch size.")
     constrained_votes: bool = _f(False, "Constrain detection-stage outputs to <vote>k</vote> (warm start).")
+    performer: str = _f(
+        "self", "Who performs: self (self-play), or an agent spec (e.g. heuristic) to train the detector alone."
+    )
     # ------------------------------------------------------------ algorithm
     iterations: int = _f(100, "Training iterations (one stage each).")
     learning_rate: float = _f(1e-6, "AdamW learning rate.")
@@ -102,7 +108,7 @@ class SpyRLConfig:
     keep_buffers: bool = _f(True, "Save each iteration's episode buffer (parquet).")
     eval_games: int = _f(0, "Held-out games for detection accuracy each eval_every iterations (0: off).")
     eval_every: int = _f(10, "Iterations between held-out evaluations.")
-    report_to: list = _f(["jsonl"], "Metric sinks: jsonl, console, wandb, trackio, tensorboard.")
+    report_to: list = _f(["jsonl"], "Metric sinks: jsonl, console, wandb, trackio, tensorboard.")  # noqa: RUF009
     progress: bool = _f(True, "Rich progress display.")
 
     def __post_init__(self) -> None:
@@ -126,9 +132,19 @@ class SpyRLConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise bad(name, "a finite number >= 0")
-        if self.epsilon_high is not None and not (isinstance(self.epsilon_high, (int, float)) and self.epsilon_high > 0):
+        if self.epsilon_high is not None and not (
+            isinstance(self.epsilon_high, (int, float)) and self.epsilon_high > 0
+        ):
             raise bad("epsilon_high", "None or a number > 0")
-        for name in ("top_p", "rae_alpha", "stage_ema", "acc_high", "na_low", "err_high", "na_high"):
+        for name in (
+            "top_p",
+            "rae_alpha",
+            "stage_ema",
+            "acc_high",
+            "na_low",
+            "err_high",
+            "na_high",
+        ):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0 <= value <= 1:
                 raise bad(name, "a number in [0, 1]")
@@ -154,6 +170,14 @@ class SpyRLConfig:
         sinks = {"jsonl", "console", "wandb", "trackio", "tensorboard"}
         if not isinstance(self.report_to, list) or not set(self.report_to) <= sinks:
             raise bad("report_to", f"a list drawn from {sorted(sinks)}")
+        if self.performer != "self":
+            from agents import load
+
+            load(self.performer)  # raises ValueError for a bad spec
+        if self.performer != "self":
+            from agents import load
+
+            load(self.performer)  # raises ValueError for a bad spec
         if self.eval_games < 0:
             raise bad("eval_games", "an integer >= 0")
         from spy_env.config import GameConfig

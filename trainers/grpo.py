@@ -1,0 +1,552 @@
+"""SpyRL's GRPO trainer: self-play rollouts → episode buffer → advantages → clipped updates.
+
+One iteration (reads top to bottom in :meth:`SpyRLTrainer.train_iteration`):
+
+1. **Rollouts.** The batched runner plays ``documents_per_iteration × games_per_document``
+   games with the current policy in every seat (the ``hf`` backend on the policy itself; vLLM on
+   GPU). The episode buffer is saved per iteration.
+2. **Samples.** Only the current stage trains: performances in the performing stage, votes in
+   the detection stage (the spy's vote only with ``train_spy_vote``).
+3. **Advantages.** Detection: rewards normalised over each game's voters. Performing: ``r −
+   b_role`` with role-conditioned EMA baselines (RAE), optionally normalised within
+   ``replay_setup`` groups.
+4. **Updates.** Behaviour and reference log-probs are computed once (no grad); then mini-batches
+   of ``mini_batch_size`` samples, split into micro-batches with gradient accumulation, minimise
+   the clipped objective (token ratios for performances, one sequence ratio per vote) plus
+   ``β·k3`` KL to the frozen reference.
+5. **Bookkeeping.** Policy version + 1 (the ``hf`` engine *is* the policy, so it is in sync), the
+   stage controller sees this iteration's detection accuracy and N/A rate, metrics go to JSONL
+   (and other sinks), and a checkpoint is written every ``checkpoint_every`` iterations.
+
+Simplifications, stated plainly: rollouts in every iteration play both stages (games need
+both) but only one stage's samples train; behaviour log-probs are recomputed by the trainer
+(equal to the ``hf`` rollout log-probs at temperature 1, and the right choice when vLLM
+generated them); everything random derives from ``(seed, iteration)``, which is what makes a
+resumed run identical to an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agents.hf import HFPolicy, resolve_device, resolve_dtype
+from agents.sampling import SamplingParams
+from spy_env.buffer import EpisodeBuffer
+from spy_env.config import GameConfig
+from spy_env.corpus import CorpusFilter, load_corpus
+from spy_env.metrics import game_metrics
+from spy_env.runner import Runner
+from trainers.algorithm import PERFORM, RAEBaselines, StageController, group_normalized_advantages
+from trainers.config import SpyRLConfig
+from trainers.loss import clipped_policy_loss
+from trainers.sinks import MetricSinks
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SpyRLTrainer", "load_policy_model", "sequence_logps"]
+
+STATE_FILE = "trainer_state.pt"
+
+
+def _seed_for(seed: int, iteration: int, stream: int) -> int:
+    return int(np.random.SeedSequence([seed, iteration, stream]).generate_state(1)[0])
+
+
+def load_policy_model(config: SpyRLConfig) -> tuple[Any, Any, str]:
+    """Model, tokenizer and the path they came from (``tiny`` and ``smollm2`` are built locally)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = config.model
+    if path == "tiny":
+        from agents.tiny import build_tiny_model
+
+        path = str(build_tiny_model(Path(config.output_dir) / "tiny-model", seed=config.seed))
+    elif path == "smollm2":
+        from agents import smollm2
+
+        path = str(smollm2.converted_path())
+    device = resolve_device(config.device)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(config.dtype, device)).to(device)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return model, tokenizer, path
+
+
+def sequence_logps(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    pad_id: int,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probs of each completion given its prompt.
+
+    Prompts are left-padded and completions right-padded so every completion starts at the same
+    column; position ids follow the attention mask (as in generation). Returns ``(logps, mask,
+    entropy)`` of shape (B, T).
+    """
+    device = next(model.parameters()).device
+    width = max(len(p) for p in prompts)
+    length = max(len(c) for c in completions)
+    batch = len(prompts)
+    input_ids = torch.full((batch, width + length), pad_id, dtype=torch.long)
+    attention = torch.zeros((batch, width + length), dtype=torch.long)
+    for row, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
+        input_ids[row, width - len(prompt) : width] = torch.tensor(prompt, dtype=torch.long)
+        input_ids[row, width : width + len(completion)] = torch.tensor(completion, dtype=torch.long)
+        attention[row, width - len(prompt) : width + len(completion)] = 1
+    position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
+    input_ids, attention, position_ids = (
+        input_ids.to(device),
+        attention.to(device),
+        position_ids.to(device),
+    )
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention,
+        position_ids=position_ids,
+        logits_to_keep=length + 1,
+    )
+    logits = out.logits[:, :-1, :].float() / temperature  # (B, T, V): position t predicts completion token t
+    log_probs = torch.log_softmax(logits, dim=-1)
+    targets = input_ids[:, width:]
+    logps = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    mask = attention[:, width:].to(logps.dtype)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = -(log_probs.exp() * log_probs).sum(-1)
+    return logps * mask, mask, entropy
+
+
+class SpyRLTrainer:
+    """GRPO for SpyRL with alternating stages and RAE (see the module docstring)."""
+
+    def __init__(self, config: SpyRLConfig, resume_from: str | None = None) -> None:
+        self.config = config
+        self.output_dir = Path(config.output_dir)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(config.seed)
+        self.model, self.tokenizer, self.model_path = load_policy_model(config)
+        if config.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
+        if config.lora_r:
+            self._apply_lora()
+        self.ref_model = self._reference_model()
+        self.pad_id = (
+            self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        )
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+        warmup = config.warmup_iterations
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda it: min(1.0, (it + 1) / (warmup + 1)) if warmup else 1.0
+        )
+        self.controller = StageController(
+            schedule=config.stage_schedule,
+            start=config.start_stage,
+            acc_high=config.acc_high,
+            na_low=config.na_low,
+            err_high=config.err_high,
+            na_high=config.na_high,
+            k_min=config.k_min,
+            ema=config.stage_ema,
+        )
+        self.rae = RAEBaselines(alpha=config.rae_alpha)
+        self.iteration = 0
+        self.game_config = config.game_config()
+        documents = load_corpus(
+            self.game_config.corpus,
+            CorpusFilter(truncate=self.game_config.max_document_chars),
+            max_documents=self.game_config.max_documents,
+        )
+        holdout = max(0, min(len(documents) // 5, 16)) if config.eval_games else 0
+        self.train_documents = tuple(documents[: len(documents) - holdout] if holdout else documents)
+        self.eval_documents = tuple(documents[len(documents) - holdout :]) if holdout else self.train_documents
+        self.policy = HFPolicy(
+            self.model,
+            self.tokenizer,
+            sampling=SamplingParams(
+                temperature=config.temperature,
+                top_p=config.top_p,
+                max_new_tokens=config.max_completion_tokens,
+            ),
+            name="policy",
+            batch_size=config.generation_batch_size,
+            constrained_votes=config.constrained_votes,
+        )
+        self.seat_policy = self.policy if config.performer == "self" else _StagePolicy(config.performer, self.policy)
+        self.sinks = MetricSinks(self.output_dir, config.report_to, config.to_dict())
+        if resume_from:
+            self.load_checkpoint(resume_from)
+
+    # --------------------------------------------------------------- set-up
+    def _apply_lora(self) -> None:
+        try:
+            from peft import LoraConfig, get_peft_model
+        except ImportError as e:
+            raise ImportError("LoRA needs peft: pip install 'spyrl[train]'") from e
+        c = self.config
+        lora = LoraConfig(
+            r=c.lora_r,
+            lora_alpha=c.lora_alpha,
+            lora_dropout=c.lora_dropout,
+            target_modules=c.lora_target_modules,
+            task_type="CAUSAL_LM",
+        )
+        self.model = get_peft_model(self.model, lora)
+
+    def _reference_model(self) -> Any:
+        if self.config.beta == 0:
+            return None
+        if self.config.lora_r:
+            return None  # the base model with adapters disabled is the reference
+        from transformers import AutoModelForCausalLM
+
+        device = next(self.model.parameters()).device
+        ref = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=next(self.model.parameters()).dtype)
+        ref.to(device).eval().requires_grad_(False)
+        return ref
+
+    def _ref_logps(self, prompts, completions) -> torch.Tensor:
+        with torch.no_grad():
+            if self.ref_model is not None:
+                return sequence_logps(self.ref_model, prompts, completions, self.pad_id, self.config.temperature)[0]
+            with self.model.disable_adapter():
+                return sequence_logps(self.model, prompts, completions, self.pad_id, self.config.temperature)[0]
+
+    # ------------------------------------------------------------- rollouts
+    def _runner(self, documents, config: GameConfig | None = None) -> Runner:
+        game = replace(config or self.game_config, corpus=documents, max_documents=None)
+        return Runner(
+            game,
+            games_per_document=self.config.games_per_document,
+            replay_setup=self.config.replay_setup,
+            max_concurrent_games=self.config.documents_per_iteration * self.config.games_per_document,
+            run_id=f"iter{self.iteration}",
+        )
+
+    def rollouts(self) -> EpisodeBuffer:
+        c = self.config
+        self.policy.sampling = replace(self.policy.sampling, seed=_seed_for(c.seed, self.iteration, 1))
+        self.policy._calls = 0
+        self.model.eval()
+        games = c.documents_per_iteration * c.games_per_document
+        runner = self._runner(self.train_documents)
+        return runner.run(
+            [self.seat_policy] * self.game_config.n_players,
+            games,
+            seed=_seed_for(c.seed, self.iteration, 0),
+            policy_version=self.iteration,
+            first_game_id=self.iteration * games,
+        )
+
+    def evaluate(self, num_games: int, seed: int = 12345) -> dict[str, float]:
+        """Held-out detection accuracy etc. with greedy decoding on held-out documents."""
+        policy = HFPolicy(
+            self.model,
+            self.tokenizer,
+            sampling=SamplingParams(temperature=0.0, max_new_tokens=self.config.max_completion_tokens),
+            name="policy",
+            batch_size=self.config.generation_batch_size,
+            constrained_votes=self.config.constrained_votes,
+        )
+        self.model.eval()
+        seat_policy = policy if self.config.performer == "self" else _StagePolicy(self.config.performer, policy)
+        runner = Runner(replace(self.game_config, corpus=self.eval_documents, max_documents=None), run_id="eval")
+        buffer = runner.run([seat_policy] * self.game_config.n_players, num_games, seed=seed)
+        return game_metrics(buffer)
+
+    # -------------------------------------------------------------- samples
+    def select_samples(self, buffer: EpisodeBuffer, stage: str) -> tuple[list[dict], dict[str, float]]:
+        """The rows of ``stage`` that train, with their advantages in ``row['advantage']``."""
+        c = self.config
+        wanted = "perform" if stage == PERFORM else "vote"
+        rows, skipped = [], {"too_long_prompt": 0, "empty": 0, "forfeit": 0}
+        for row in buffer:
+            if row["stage"] != wanted or not row["trainable"]:
+                continue
+            if row["error"]:
+                skipped["forfeit"] += 1
+            elif not row["completion_token_ids"]:
+                skipped["empty"] += 1
+            elif len(row["prompt_token_ids"]) > c.max_prompt_tokens:
+                skipped["too_long_prompt"] += 1
+            else:
+                rows.append(row)
+        rewards = [r["reward"] for r in rows]
+        if not rows:
+            return rows, {f"samples/skipped_{k}": v for k, v in skipped.items()}
+        if wanted == "vote":
+            if c.detect_advantage_groups == "game":
+                groups = [(r["game_id"], r["round"]) for r in rows]
+            else:
+                groups = [hash(tuple(r["prompt_token_ids"])) for r in rows]
+            advantages = group_normalized_advantages(rewards, groups, eps=c.advantage_eps)
+        else:
+            roles = [r["role"] for r in rows]
+            advantages = self.rae.advantages(rewards, roles) if c.rae else np.asarray(rewards, dtype=np.float64)
+            if c.perform_group_norm:
+                groups = [(r["group_id"], r["seat"], r["round"]) for r in rows]
+                advantages = group_normalized_advantages(rewards, groups, eps=c.advantage_eps)
+        for row, advantage in zip(rows, advantages, strict=True):
+            row["advantage"] = float(advantage)
+        stats = {f"samples/skipped_{k}": v for k, v in skipped.items()}
+        stats["samples/count"] = len(rows)
+        stats["advantages/mean"] = float(np.mean(advantages))
+        stats["advantages/std"] = float(np.std(advantages))
+        return rows, stats
+
+    # -------------------------------------------------------------- updates
+    def update(self, rows: list[dict], stage: str) -> dict[str, float]:
+        c = self.config
+        level = c.perform_ratio_level if stage == PERFORM else c.detect_ratio_level
+        prompts = [list(r["prompt_token_ids"]) for r in rows]
+        completions = [list(r["completion_token_ids"])[: c.max_completion_tokens] for r in rows]
+        # Behaviour and reference log-probs, once, before any update.
+        self.model.eval()
+        old, ref = [], []
+        with torch.no_grad():
+            for start in range(0, len(rows), c.micro_batch_size):
+                sl = slice(start, start + c.micro_batch_size)
+                old.append(sequence_logps(self.model, prompts[sl], completions[sl], self.pad_id, c.temperature)[0])
+                if c.beta:
+                    ref.append(self._ref_logps(prompts[sl], completions[sl]))
+        self.model.train()
+        generator = torch.Generator().manual_seed(_seed_for(c.seed, self.iteration, 2))
+        totals: dict[str, float] = {
+            "loss": 0.0,
+            "kl": 0.0,
+            "clip_fraction": 0.0,
+            "ratio": 0.0,
+            "entropy": 0.0,
+        }
+        micro_steps = optimizer_steps = tokens = 0
+        for _ in range(c.epochs):
+            order = torch.randperm(len(rows), generator=generator).tolist()
+            for mb_start in range(0, len(order), c.mini_batch_size):
+                mini = order[mb_start : mb_start + c.mini_batch_size]
+                micros = [mini[i : i + c.micro_batch_size] for i in range(0, len(mini), c.micro_batch_size)]
+                items = sum(len(completions[i]) for i in mini)
+                for micro in micros:
+                    logps, mask, entropy = sequence_logps(
+                        self.model, [prompts[i] for i in micro], [completions[i] for i in micro],
+                        self.pad_id, c.temperature, with_entropy=True,
+                    )  # fmt: skip
+                    width = logps.shape[1]
+                    old_mb = _stack_rows(old, micro, c.micro_batch_size, width).to(logps)
+                    ref_mb = _stack_rows(ref, micro, c.micro_batch_size, width).to(logps) if c.beta else None
+                    advantages = torch.tensor([rows[i]["advantage"] for i in micro], dtype=logps.dtype)
+                    out = clipped_policy_loss(
+                        logps, old_mb, advantages, mask,
+                        ref_logps=ref_mb, level=level, loss_type=c.loss_type,
+                        epsilon_low=c.epsilon, epsilon_high=c.epsilon_upper, beta=c.beta,
+                        kl_bias_correction=c.kl_bias_correction, max_completion_length=c.max_completion_tokens,
+                        num_items_in_batch=items, accumulation_steps=len(micros),
+                    )  # fmt: skip
+                    out.loss.backward()
+                    micro_steps += 1
+                    tokens += int(mask.sum().item())
+                    totals["loss"] += out.policy_loss
+                    totals["kl"] += out.kl
+                    totals["clip_fraction"] += out.clip_fraction
+                    totals["ratio"] += out.ratio_mean
+                    totals["entropy"] += float((entropy * mask).sum() / mask.sum().clamp(min=1))
+                if c.max_grad_norm:
+                    grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
+                    totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(grad_norm)
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                optimizer_steps += 1
+        self.model.eval()
+        out = {f"losses/{k}": v / max(micro_steps, 1) for k, v in totals.items() if k != "grad_norm"}
+        if "grad_norm" in totals:
+            out["losses/grad_norm"] = totals["grad_norm"] / max(optimizer_steps, 1)
+        out["losses/optimizer_steps"] = optimizer_steps
+        out["perf/update_tokens"] = tokens
+        return out
+
+    # ------------------------------------------------------------ iteration
+    def train_iteration(self) -> dict[str, Any]:
+        c = self.config
+        stage = self.controller.stage
+        start = time.perf_counter()
+        buffer = self.rollouts()
+        rollout_seconds = time.perf_counter() - start
+        if c.keep_buffers:
+            buffer.save(self.output_dir / "buffers" / f"iter_{self.iteration:05d}.parquet")
+        game = game_metrics(buffer)
+        rows, sample_stats = self.select_samples(buffer, stage)
+        start = time.perf_counter()
+        update_stats = self.update(rows, stage) if rows else {"losses/optimizer_steps": 0, "perf/update_tokens": 0}
+        update_seconds = time.perf_counter() - start
+        self.scheduler.step()
+        self.iteration += 1
+        next_stage = self.controller.update(game["detection_accuracy"], game["na_rate"])
+        generated = sum(len(r["completion_token_ids"]) for r in buffer)
+        metrics: dict[str, Any] = {
+            "iteration": self.iteration,
+            "stage": stage,
+            "next_stage": next_stage,
+            "policy_version": self.iteration,
+            **{f"env/{k}": v for k, v in game.items()},
+            **sample_stats,
+            **update_stats,
+            "charts/lr": self.scheduler.get_last_lr()[0],
+            "charts/acc_ema": self.controller.acc_ema,
+            "charts/na_ema": self.controller.na_ema,
+            **{f"charts/rae_{k}": v for k, v in self.rae.baselines.items()},
+            "lengths/prompt_tokens": float(np.mean([len(r["prompt_token_ids"]) for r in buffer])),
+            "lengths/completion_tokens": float(np.mean([len(r["completion_token_ids"]) for r in buffer])),
+            "time/rollout_seconds": rollout_seconds,
+            "time/update_seconds": update_seconds,
+            "perf/rollout_tokens_per_s": generated / max(rollout_seconds, 1e-9),
+            "perf/update_tokens_per_s": update_stats["perf/update_tokens"] / max(update_seconds, 1e-9),
+        }
+        if c.eval_games and self.iteration % c.eval_every == 0:
+            for k, v in self.evaluate(c.eval_games).items():
+                metrics[f"eval/{k}"] = v
+        self.sinks.log(metrics)
+        if self.iteration % c.checkpoint_every == 0 or self.iteration == c.iterations:
+            self.save_checkpoint()
+        return metrics
+
+    def train(self) -> list[dict[str, Any]]:
+        history = []
+        progress = None
+        if self.config.progress:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+            progress = Progress(
+                "[progress.description]{task.description}",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+            )
+            progress.start()
+            task = progress.add_task("training", total=self.config.iterations, completed=self.iteration)
+        try:
+            while self.iteration < self.config.iterations:
+                metrics = self.train_iteration()
+                history.append(metrics)
+                if progress is not None:
+                    progress.update(
+                        task,
+                        advance=1,
+                        description=f"training [{metrics['stage']}] acc {metrics['env/detection_accuracy']:.2f}"
+                        f" na {metrics['env/na_rate']:.2f}",
+                    )
+        finally:
+            if progress is not None:
+                progress.stop()
+            self.sinks.close()
+        return history
+
+    # ---------------------------------------------------------- checkpoints
+    def save_checkpoint(self) -> Path:
+        """Everything needed to resume exactly, written atomically to ``checkpoints/iter_K``."""
+        root = self.output_dir / "checkpoints"
+        target = root / f"iter_{self.iteration:05d}"
+        tmp = root / f".tmp_iter_{self.iteration:05d}_{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.model.save_pretrained(tmp / "model")
+        self.tokenizer.save_pretrained(tmp / "model")
+        state = {
+            "iteration": self.iteration,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "controller": self.controller.state_dict(),
+            "rae": self.rae.state_dict(),
+            "rng": {
+                "python": random.getstate(),
+                "numpy": np.random.get_state(),
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            },
+            "config": self.config.to_dict(),
+            "metrics_rows": self.sinks.rows_written,
+        }
+        torch.save(state, tmp / STATE_FILE)
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+        latest = root / "latest"
+        latest_tmp = root / f".latest.{os.getpid()}"
+        latest_tmp.write_text(target.name)
+        os.replace(latest_tmp, latest)
+        return target
+
+    def load_checkpoint(self, path: str) -> None:
+        root = self.output_dir / "checkpoints"
+        if path == "latest":
+            if not (root / "latest").exists():
+                raise FileNotFoundError(f"no checkpoint to resume from in {root}")
+            path = str(root / (root / "latest").read_text().strip())
+        checkpoint = Path(path)
+        state = torch.load(checkpoint / STATE_FILE, weights_only=False)
+        if self.config.lora_r:
+            from peft import set_peft_model_state_dict
+            from safetensors.torch import load_file
+
+            set_peft_model_state_dict(self.model, load_file(str(checkpoint / "model" / "adapter_model.safetensors")))
+        else:
+            from transformers import AutoModelForCausalLM
+
+            loaded = AutoModelForCausalLM.from_pretrained(
+                checkpoint / "model", dtype=next(self.model.parameters()).dtype
+            )
+            self.model.load_state_dict(loaded.state_dict())
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.controller.load_state_dict(state["controller"])
+        self.rae.load_state_dict(state["rae"])
+        random.setstate(state["rng"]["python"])
+        np.random.set_state(state["rng"]["numpy"])
+        torch.set_rng_state(state["rng"]["torch"])
+        if state["rng"]["cuda"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        self.iteration = int(state["iteration"])
+        self.sinks.truncate(int(state["metrics_rows"]))
+        logger.info("resumed from %s at iteration %d", checkpoint, self.iteration)
+
+
+class _StagePolicy:
+    """Scripted performances, the learner's votes: trains the detector against fixed performers."""
+
+    def __init__(self, performer: str, voter: Any) -> None:
+        from agents import load
+
+        self.performer = load(performer)
+        self.voter = voter
+        self.name = voter.name
+
+    def act(self, observations):
+        out: list[Any] = [None] * len(observations)
+        perform = [i for i, o in enumerate(observations) if o["stage"] == 0]
+        vote = [i for i, o in enumerate(observations) if o["stage"] != 0]
+        for indices, policy in ((perform, self.performer), (vote, self.voter)):
+            if indices:
+                for i, action in zip(indices, policy.act([observations[i] for i in indices]), strict=True):
+                    out[i] = action
+        return out
+
+
+def _stack_rows(chunks: list[torch.Tensor], indices: list[int], chunk_size: int, width: int) -> torch.Tensor:
+    """Gather rows ``indices`` from per-chunk (B, T_chunk) tensors, padded/cut to ``width``."""
+    out = torch.zeros(len(indices), width)
+    for row, i in enumerate(indices):
+        values = chunks[i // chunk_size][i % chunk_size]
+        n = min(width, values.shape[0])
+        out[row, :n] = values[:n]
+    return out
