@@ -1,4 +1,4 @@
-"""The ``spyrl`` command line: play, rollout, replay, tournament, baselines."""
+"""The ``spyrl`` command line: play, rollout, replay, tournament, baselines, train, plot."""
 
 from __future__ import annotations
 
@@ -261,6 +261,36 @@ def cmd_tournament(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from trainers.config import SpyRLConfig
+
+    config = SpyRLConfig.from_yaml(args.config) if args.config else SpyRLConfig.preset(args.preset)
+    if args.output_dir:
+        args.set.append(f"output_dir={args.output_dir}")
+    config = config.with_overrides(args.set)
+    from trainers.grpo import SpyRLTrainer
+    from trainers.plot import plot_run
+
+    console.print(f"training {config.model} for {config.iterations} iterations into {config.output_dir}")
+    trainer = SpyRLTrainer(config, resume_from=args.resume)
+    history = trainer.train()
+    path = plot_run(config.output_dir)
+    last = history[-1] if history else {}
+    console.print(
+        f"done: {trainer.iteration} iterations; last stage {last.get('stage')}, detection accuracy "
+        f"{last.get('env/detection_accuracy', float('nan')):.3f}; curves in {path}"
+    )
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from trainers.plot import plot_run
+
+    path = plot_run(args.run_dir, args.out)
+    console.print(f"wrote {path}")
+    return 0
+
+
 # ------------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spyrl", description="RLSVR / SpyRL: Who Is the Spy? over math documents")
@@ -287,6 +317,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=5, help="at most this many games")
     p.add_argument("--full", action="store_true")
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("train", help="SpyRL GRPO training (presets: cpu-smoke, smollm2-cpu, qwen3-4b-paper)")
+    p.add_argument("--preset", default="cpu-smoke", help="cpu-smoke, smollm2-cpu or qwen3-4b-paper")
+    p.add_argument("--config", default=None, help="a YAML file of SpyRLConfig fields (may name a preset)")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a field; game.KEY for game"
+    )
+    p.add_argument("--output-dir", default=None)
+    p.add_argument("--resume", default=None, help="'latest' or a checkpoint folder")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("plot", help="draw a run's training curves (PNG)")
+    p.add_argument("run_dir")
+    p.add_argument("--out", default=None)
+    p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("tournament", help="mixed tables of agents: per-agent metrics, ratings, chart")
     _add_game_args(p)

@@ -69,8 +69,9 @@ class SpyRLConfig:
     generation_batch_size: int = _f(64, "hf backend generation batch size.")
     constrained_votes: bool = _f(False, "Constrain detection-stage outputs to <vote>k</vote> (warm start).")
     performer: str = _f(
-        "self", "Who performs: self (self-play), or an agent spec (e.g. heuristic) to train the detector alone."
+        "self", "Who performs: self (self-play), or an agent spec (e.g. heuristic): trains the detector alone."
     )
+    voter: str = _f("self", "Who votes: self, or an agent spec (e.g. heuristic): trains the performer alone.")
     # ------------------------------------------------------------ algorithm
     iterations: int = _f(100, "Training iterations (one stage each).")
     learning_rate: float = _f(1e-6, "AdamW learning rate.")
@@ -170,14 +171,22 @@ class SpyRLConfig:
         sinks = {"jsonl", "console", "wandb", "trackio", "tensorboard"}
         if not isinstance(self.report_to, list) or not set(self.report_to) <= sinks:
             raise bad("report_to", f"a list drawn from {sorted(sinks)}")
-        if self.performer != "self":
-            from agents import load
+        for name in ("performer", "voter"):
+            if getattr(self, name) != "self":
+                from agents import load
 
-            load(self.performer)  # raises ValueError for a bad spec
-        if self.performer != "self":
-            from agents import load
+                try:
+                    load(getattr(self, name))
+                except ValueError as e:
+                    raise bad(name, f"'self' or an agent spec ({e})") from e
+        for name in ("performer", "voter"):
+            if getattr(self, name) != "self":
+                from agents import load
 
-            load(self.performer)  # raises ValueError for a bad spec
+                try:
+                    load(getattr(self, name))
+                except ValueError as e:
+                    raise bad(name, f"'self' or an agent spec ({e})") from e
         if self.eval_games < 0:
             raise bad("eval_games", "an integer >= 0")
         from spy_env.config import GameConfig
@@ -300,7 +309,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "stage_schedule": "alternate",
         "k_min": 2,
         "checkpoint_every": 2,
-        "game": {"n_players": 3},
+        "game": {"n_players": 3, "max_document_chars": 800},
         "output_dir": "runs/cpu-smoke",
     },
 }

@@ -186,7 +186,7 @@ class SpyRLTrainer:
             batch_size=config.generation_batch_size,
             constrained_votes=config.constrained_votes,
         )
-        self.seat_policy = self.policy if config.performer == "self" else _StagePolicy(config.performer, self.policy)
+        self.seat_policy = _seat_policy(config, self.policy)
         self.sinks = MetricSinks(self.output_dir, config.report_to, config.to_dict())
         if resume_from:
             self.load_checkpoint(resume_from)
@@ -263,7 +263,7 @@ class SpyRLTrainer:
             constrained_votes=self.config.constrained_votes,
         )
         self.model.eval()
-        seat_policy = policy if self.config.performer == "self" else _StagePolicy(self.config.performer, policy)
+        seat_policy = _seat_policy(self.config, policy)
         runner = Runner(replace(self.game_config, corpus=self.eval_documents, max_documents=None), run_id="eval")
         buffer = runner.run([seat_policy] * self.game_config.n_players, num_games, seed=seed)
         return game_metrics(buffer)
@@ -522,14 +522,12 @@ class SpyRLTrainer:
 
 
 class _StagePolicy:
-    """Scripted performances, the learner's votes: trains the detector against fixed performers."""
+    """Different policies per stage: e.g. scripted performers and the learner's votes."""
 
-    def __init__(self, performer: str, voter: Any) -> None:
-        from agents import load
-
-        self.performer = load(performer)
+    def __init__(self, performer: Any, voter: Any) -> None:
+        self.performer = performer
         self.voter = voter
-        self.name = voter.name
+        self.name = "policy"
 
     def act(self, observations):
         out: list[Any] = [None] * len(observations)
@@ -540,6 +538,17 @@ class _StagePolicy:
                 for i, action in zip(indices, policy.act([observations[i] for i in indices]), strict=True):
                     out[i] = action
         return out
+
+
+def _seat_policy(config: SpyRLConfig, learner: Any) -> Any:
+    """The learner in every seat, except for a stage given to a scripted agent."""
+    if config.performer == "self" and config.voter == "self":
+        return learner
+    from agents import load
+
+    performer = learner if config.performer == "self" else load(config.performer, seed=config.seed)
+    voter = learner if config.voter == "self" else load(config.voter, seed=config.seed)
+    return _StagePolicy(performer, voter)
 
 
 def _stack_rows(chunks: list[torch.Tensor], indices: list[int], chunk_size: int, width: int) -> torch.Tensor:

@@ -1,0 +1,157 @@
+"""The trainer end to end on CPU: CLI preset, exact resume after a kill, learning, direction."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from trainers import SpyRLConfig  # noqa: E402
+from trainers.sinks import read_metrics  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMING_KEYS = ("time/", "perf/rollout_tokens_per_s", "perf/update_tokens_per_s")
+
+
+def spyrl(*args, timeout=600):
+    proc = subprocess.run(
+        [sys.executable, "-m", "spyrl", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.mark.slow
+def test_cpu_smoke_preset_writes_checkpoints_metrics_and_curves(tmp_path):
+    out = tmp_path / "run"
+    spyrl("train", "--preset", "cpu-smoke", "--output-dir", str(out), "--set", "progress=false")
+    rows = read_metrics(out)
+    assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
+    assert [r["stage"] for r in rows] == ["detect", "detect", "perform", "perform"]  # alternate, K_min = 2
+    for key in ("env/detection_accuracy", "env/na_rate", "env/spy_caught_rate", "losses/kl", "losses/clip_fraction",
+                "losses/entropy", "perf/update_tokens_per_s", "lengths/completion_tokens", "env/violation_rate"):  # fmt: skip
+        assert all(isinstance(r[key], (int, float)) for r in rows), key
+    assert (out / "checkpoints" / "latest").read_text() == "iter_00004"
+    assert (out / "checkpoints" / "iter_00002" / "trainer_state.pt").exists()
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert len(list((out / "buffers").glob("iter_*.parquet"))) == 4
+
+
+def _resume_config(out: Path) -> list[str]:
+    return [
+        "train", "--preset", "cpu-smoke", "--output-dir", str(out),
+        "--set", "progress=false", "--set", "checkpoint_every=1", "--set", "keep_buffers=false",
+    ]  # fmt: skip
+
+
+def _final_state(out: Path):
+    from safetensors.torch import load_file
+
+    params = load_file(str(out / "checkpoints" / "iter_00004" / "model" / "model.safetensors"))
+    rows = [{k: v for k, v in r.items() if not k.startswith(TIMING_KEYS)} for r in read_metrics(out)]
+    return params, rows
+
+
+@pytest.mark.slow
+def test_resume_after_a_kill_is_identical_to_a_straight_run(tmp_path):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    spyrl(*_resume_config(straight))
+    proc = subprocess.Popen([sys.executable, "-m", "spyrl", *_resume_config(resumed)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not (resumed / "checkpoints" / "iter_00002").exists() and time.monotonic() < deadline:
+        assert proc.poll() is None, "training ended before it could be killed"
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = (resumed / "checkpoints" / "latest").read_text()
+    assert done in ("iter_00002", "iter_00003")  # killed mid-run, not at the end
+    spyrl(*_resume_config(resumed), "--resume", "latest")
+    params_a, rows_a = _final_state(straight)
+    params_b, rows_b = _final_state(resumed)
+    assert params_a.keys() == params_b.keys()
+    for name in params_a:
+        assert torch.equal(params_a[name], params_b[name]), name
+    assert rows_a == rows_b
+
+
+def toy_detection_config(out: Path, **overrides) -> SpyRLConfig:
+    """Detector-only toy: 3 players, the spy gets nothing (blank), heuristic performers, a short
+    vote prompt, constrained vote decoding (the documented warm start) and a tiny Llama."""
+    from agents.tiny import build_tiny_model
+
+    model = build_tiny_model(out.parent / "tiny-64x2", hidden_size=64, num_layers=2, num_heads=4)
+    values = dict(
+        model=str(model), output_dir=str(out), device="cpu", dtype="float32",
+        documents_per_iteration=16, games_per_document=4, replay_setup=True,
+        mini_batch_size=64, micro_batch_size=32, learning_rate=3e-3, beta=0.0, iterations=60,
+        max_completion_tokens=12, generation_batch_size=192, constrained_votes=True, performer="heuristic",
+        stage_schedule="detect", checkpoint_every=1000, keep_buffers=False,
+        eval_games=100, eval_every=10, report_to=["jsonl"], progress=False,
+        game={"n_players": 3, "degrade": "blank", "prompts": {"vote": "{performances}\nThe spy is Player"}},
+    )  # fmt: skip
+    values.update(overrides)
+    return SpyRLConfig(**values)
+
+
+@pytest.mark.slow
+def test_it_learns_to_detect_the_spy(tmp_path):
+    from trainers.grpo import SpyRLTrainer
+
+    trainer = SpyRLTrainer(toy_detection_config(tmp_path / "run"))
+    before = trainer.evaluate(100)["detection_accuracy"]
+    assert 0.3 <= before <= 0.7  # chance: 2 legal targets per civilian voter
+    best = 0.0
+    start = time.monotonic()
+    while trainer.iteration < trainer.config.iterations and time.monotonic() - start < 480:
+        metrics = trainer.train_iteration()
+        best = max(best, metrics.get("eval/detection_accuracy", 0.0))
+        if best >= 0.8:
+            break
+    after = trainer.evaluate(100)["detection_accuracy"]
+    assert max(best, after) >= 0.8, f"held-out detection accuracy {before:.2f} -> {after:.2f} (best {best:.2f})"
+
+
+@pytest.mark.slow
+def test_a_performing_iteration_moves_performances_toward_higher_reward(tmp_path):
+    """Tiny self-play performers, heuristic voters: one performing-stage update must make the
+    iteration's higher-advantage performances likelier and lower-advantage ones less likely."""
+    from trainers.grpo import SpyRLTrainer, sequence_logps
+
+    config = toy_detection_config(
+        tmp_path / "run", performer="self", voter="heuristic", stage_schedule="perform", eval_games=0,
+        max_completion_tokens=16, learning_rate=1e-3, documents_per_iteration=8,
+        game={"n_players": 4, "degrade": "perturb_numbers", "max_document_chars": 600},
+    )  # fmt: skip
+    trainer = SpyRLTrainer(config)
+    buffer = trainer.rollouts()
+    rows, _ = trainer.select_samples(buffer, "perform")
+    advantages = np.array([r["advantage"] for r in rows])
+    rewards = np.array([r["reward"] for r in rows])
+    assert advantages.std() > 0  # the heuristic voters do react to the performances
+
+    def seq_logps():
+        with torch.no_grad():
+            logps, mask, _ = sequence_logps(
+                trainer.model, [r["prompt_token_ids"] for r in rows], [r["completion_token_ids"] for r in rows],
+                trainer.pad_id,
+            )  # fmt: skip
+        return (logps * mask).sum(-1).numpy()
+
+    before = seq_logps()
+    trainer.update(rows, "perform")
+    delta = seq_logps() - before
+    assert float(np.dot(advantages, delta)) > 0  # first-order improvement of the surrogate
+    assert delta[advantages > 0].mean() > delta[advantages < 0].mean()
+    weights = np.exp(delta - delta.max())
+    assert float((weights * rewards).sum() / weights.sum()) > rewards.mean()  # reweighted reward rose
+    json.dumps(trainer.rae.state_dict())

@@ -1,0 +1,57 @@
+"""``spyrl plot RUN_DIR``: training curves from ``metrics.jsonl`` as one PNG."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from trainers.sinks import read_metrics
+
+__all__ = ["plot_run"]
+
+PANELS = [
+    ("detection", ["env/detection_accuracy", "env/na_rate", "env/spy_caught_rate", "eval/detection_accuracy"]),
+    ("rewards", ["env/reward/civilian_perform", "env/reward/spy_perform", "env/reward/civilian_vote"]),
+    ("loss", ["losses/loss"]),
+    ("KL · clip · entropy", ["losses/kl", "losses/clip_fraction", "losses/entropy"]),
+    ("violations", ["env/violation_rate", "env/forfeit_rate"]),
+    ("throughput (tokens/s)", ["perf/rollout_tokens_per_s", "perf/update_tokens_per_s"]),
+]
+
+
+def plot_run(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
+    """Draw the standard curves of a run; shaded backgrounds mark performing-stage iterations."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(run_dir)
+    if not rows:
+        raise ValueError(f"{run_dir} has no metrics rows yet")
+    out = Path(out) if out else Path(run_dir) / "curves.png"
+    steps = [r["iteration"] for r in rows]
+    fig, axes = plt.subplots(2, 3, figsize=(15, 7.5))
+    for ax, (title, keys) in zip(axes.flat, PANELS, strict=True):
+        for step, row in zip(steps, rows, strict=True):
+            if row.get("stage") == "perform":
+                ax.axvspan(step - 0.5, step + 0.5, color="tab:orange", alpha=0.08, lw=0)
+        for key in keys:
+            points = [(s, r[key]) for s, r in zip(steps, rows, strict=True) if isinstance(r.get(key), (int, float))]
+            if points:
+                xs, ys = zip(*points, strict=True)
+                ax.plot(xs, ys, marker="o", ms=3, label=key.split("/", 1)[-1])
+        ax.set_title(title)
+        ax.set_xlabel("iteration")
+        if ax.lines:
+            ax.legend(fontsize=7)
+    fig.suptitle(f"spyrl run {Path(run_dir).name} (shaded: performing stage)")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".png", dir=out.parent)
+    os.close(fd)
+    fig.savefig(tmp, dpi=90)
+    plt.close(fig)
+    os.replace(tmp, out)
+    return out
