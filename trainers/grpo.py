@@ -314,17 +314,29 @@ class SpyRLTrainer:
         level = c.perform_ratio_level if stage == PERFORM else c.detect_ratio_level
         prompts = [list(r["prompt_token_ids"]) for r in rows]
         completions = [list(r["completion_token_ids"])[: c.max_completion_tokens] for r in rows]
-        # Behaviour and reference log-probs, once, before any update.
-        self.model.eval()
-        old, ref = [], []
-        with torch.no_grad():
-            for start in range(0, len(rows), c.micro_batch_size):
-                sl = slice(start, start + c.micro_batch_size)
-                old.append(sequence_logps(self.model, prompts[sl], completions[sl], self.pad_id, c.temperature)[0])
-                if c.beta:
-                    ref.append(self._ref_logps(prompts[sl], completions[sl]))
-        self.model.train()
+        # Behaviour and reference log-probs, once, before any update. The first mini-batch of the
+        # first epoch trains before any step, so its behaviour log-probs are the current ones
+        # (detached) and need no extra forward pass.
         generator = torch.Generator().manual_seed(_seed_for(c.seed, self.iteration, 2))
+        orders = [torch.randperm(len(rows), generator=generator).tolist() for _ in range(c.epochs)]
+        on_policy = set(orders[0][: c.mini_batch_size])
+        self.model.eval()
+        old: dict[int, torch.Tensor] = {}
+        ref: dict[int, torch.Tensor] = {}
+        with torch.no_grad():
+            need_old = [i for i in range(len(rows)) if i not in on_policy]
+            for start in range(0, len(need_old), c.micro_batch_size):
+                chunk = need_old[start : start + c.micro_batch_size]
+                logps = sequence_logps(
+                    self.model, [prompts[i] for i in chunk], [completions[i] for i in chunk], self.pad_id, c.temperature
+                )[0]
+                old.update({i: logps[k, : len(completions[i])] for k, i in enumerate(chunk)})
+            if c.beta:
+                for start in range(0, len(rows), c.micro_batch_size):
+                    chunk = list(range(start, min(start + c.micro_batch_size, len(rows))))
+                    logps = self._ref_logps([prompts[i] for i in chunk], [completions[i] for i in chunk])
+                    ref.update({i: logps[k, : len(completions[i])] for k, i in enumerate(chunk)})
+        self.model.train()
         totals: dict[str, float] = {
             "loss": 0.0,
             "kl": 0.0,
@@ -333,8 +345,7 @@ class SpyRLTrainer:
             "entropy": 0.0,
         }
         micro_steps = optimizer_steps = tokens = 0
-        for _ in range(c.epochs):
-            order = torch.randperm(len(rows), generator=generator).tolist()
+        for order in orders:
             for mb_start in range(0, len(order), c.mini_batch_size):
                 mini = order[mb_start : mb_start + c.mini_batch_size]
                 micros = [mini[i : i + c.micro_batch_size] for i in range(0, len(mini), c.micro_batch_size)]
@@ -345,8 +356,10 @@ class SpyRLTrainer:
                         self.pad_id, c.temperature, with_entropy=True,
                     )  # fmt: skip
                     width = logps.shape[1]
-                    old_mb = _stack_rows(old, micro, c.micro_batch_size, width).to(logps)
-                    ref_mb = _stack_rows(ref, micro, c.micro_batch_size, width).to(logps) if c.beta else None
+                    old_mb = torch.stack(
+                        [_pad(old[i], width) if i in old else logps[k].detach() for k, i in enumerate(micro)]
+                    )
+                    ref_mb = torch.stack([_pad(ref[i], width) for i in micro]) if c.beta else None
                     advantages = torch.tensor([rows[i]["advantage"] for i in micro], dtype=logps.dtype)
                     out = clipped_policy_loss(
                         logps, old_mb, advantages, mask,
@@ -551,11 +564,9 @@ def _seat_policy(config: SpyRLConfig, learner: Any) -> Any:
     return _StagePolicy(performer, voter)
 
 
-def _stack_rows(chunks: list[torch.Tensor], indices: list[int], chunk_size: int, width: int) -> torch.Tensor:
-    """Gather rows ``indices`` from per-chunk (B, T_chunk) tensors, padded/cut to ``width``."""
-    out = torch.zeros(len(indices), width)
-    for row, i in enumerate(indices):
-        values = chunks[i // chunk_size][i % chunk_size]
-        n = min(width, values.shape[0])
-        out[row, :n] = values[:n]
+def _pad(values: torch.Tensor, width: int) -> torch.Tensor:
+    """A (T_i,) row zero-padded (or cut) to ``width``."""
+    out = values.new_zeros(width)
+    n = min(width, values.shape[0])
+    out[:n] = values[:n]
     return out
