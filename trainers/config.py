@@ -27,7 +27,7 @@ __all__ = ["PRESETS", "SpyRLConfig"]
 LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo")
 LEVELS = ("token", "sequence", "action")
 SCHEDULES = ("adaptive", "alternate", "detect", "perform")
-GENERATION = ("hf", "vllm-colocate", "vllm-server")
+GENERATION = ("hf", "vllm-server")
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -59,9 +59,10 @@ class SpyRLConfig:
     games_per_document: int = _f(8, "Games sharing a document: the GRPO group (paper: 8).")
     replay_setup: bool = _f(True, "Games of a group also share spy seat and masks (exchangeable groups).")
     # ------------------------------------------------------------ rollouts
-    generation: str = _f("hf", "Rollout engine: hf (the policy itself), vllm-colocate, vllm-server.")
+    generation: str = _f(
+        "hf", "Rollout engine: hf (the policy itself) or vllm-server (TRL's VLLMClient with weight sync)."
+    )
     vllm_server_url: str = _f("http://127.0.0.1:8000", "trl vllm-serve / vllm serve base URL (server mode).")
-    vllm_gpu_memory_utilization: float = _f(0.3, "GPU share for a colocated vLLM engine.")
     temperature: float = _f(1.0, "Sampling temperature of rollouts (logps are computed at this temperature).")
     top_p: float = _f(1.0, "Nucleus sampling of rollouts.")
     max_prompt_tokens: int = _f(12288, "Longer prompts are skipped for training and counted.")
@@ -257,7 +258,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "model": "Qwen/Qwen3-4B-Instruct-2507",
         "dtype": "bfloat16",
         "gradient_checkpointing": True,
-        "generation": "vllm-colocate",
+        "generation": "vllm-server",
         "documents_per_iteration": 128,
         "games_per_document": 8,
         "mini_batch_size": 128,

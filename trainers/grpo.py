@@ -186,6 +186,11 @@ class SpyRLTrainer:
             batch_size=config.generation_batch_size,
             constrained_votes=config.constrained_votes,
         )
+        if config.generation == "vllm-server":
+            from trainers.vllm_engine import VLLMServerPolicy
+
+            self.policy = VLLMServerPolicy(config.vllm_server_url, self.tokenizer, self.policy.sampling)
+            self.policy.sync(self.model)
         self.seat_policy = _seat_policy(config, self.policy)
         self.sinks = MetricSinks(self.output_dir, config.report_to, config.to_dict())
         if resume_from:
@@ -240,7 +245,8 @@ class SpyRLTrainer:
     def rollouts(self) -> EpisodeBuffer:
         c = self.config
         self.policy.sampling = replace(self.policy.sampling, seed=_seed_for(c.seed, self.iteration, 1))
-        self.policy._calls = 0
+        if hasattr(self.policy, "_calls"):
+            self.policy._calls = 0
         self.model.eval()
         games = c.documents_per_iteration * c.games_per_document
         runner = self._runner(self.train_documents)
@@ -406,6 +412,8 @@ class SpyRLTrainer:
         update_seconds = time.perf_counter() - start
         self.scheduler.step()
         self.iteration += 1
+        if hasattr(self.policy, "sync"):  # a separate engine (vLLM server) needs the new weights
+            self.policy.sync(self.model)
         next_stage = self.controller.update(game["detection_accuracy"], game["na_rate"])
         generated = sum(len(r["completion_token_ids"]) for r in buffer)
         metrics: dict[str, Any] = {
