@@ -342,8 +342,8 @@ class SpyGame:
         return None
 
 
-class raw_env(AECEnv, EzPickle):
-    """AEC Who-Is-the-Spy environment (see the module docstring)."""
+class _SpyEnvBase:
+    """What the AEC and parallel classes share: config, rules core, spaces, rendering."""
 
     metadata = {
         "name": "WhoIsTheSpy-v0",
@@ -351,9 +351,7 @@ class raw_env(AECEnv, EzPickle):
         "is_parallelizable": True,
     }
 
-    def __init__(self, config: GameConfig | None = None, render_mode: str | None = None, **overrides: Any):
-        EzPickle.__init__(self, config, render_mode, **overrides)
-        super().__init__()
+    def _setup(self, config: GameConfig | None, render_mode: str | None, overrides: dict[str, Any]) -> None:
         if render_mode is not None and render_mode not in _RENDER_MODES:
             raise ValueError(f"render_mode must be None or one of {_RENDER_MODES}, got {render_mode!r}")
         self.config = _config_from(config, overrides)
@@ -373,6 +371,21 @@ class raw_env(AECEnv, EzPickle):
 
     def action_space(self, agent: str) -> spaces.Space:
         return self._core.action_space(agent)
+
+    def render(self) -> str | None:
+        return self._core.render(self.render_mode)
+
+    def close(self) -> None:
+        pass
+
+
+class raw_env(_SpyEnvBase, AECEnv, EzPickle):
+    """AEC Who-Is-the-Spy environment (see the module docstring)."""
+
+    def __init__(self, config: GameConfig | None = None, render_mode: str | None = None, **overrides: Any):
+        EzPickle.__init__(self, config, render_mode, **overrides)
+        AECEnv.__init__(self)
+        self._setup(config, render_mode, overrides)
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
         game = self._core.new_game(seed, options)
@@ -420,42 +433,13 @@ class raw_env(AECEnv, EzPickle):
         if self.render_mode == "human" and game.done:
             self.render()
 
-    def render(self) -> str | None:
-        return self._core.render(self.render_mode)
 
-    def close(self) -> None:
-        pass
-
-
-class parallel_env(ParallelEnv, EzPickle):
+class parallel_env(_SpyEnvBase, ParallelEnv, EzPickle):
     """Native parallel Who-Is-the-Spy environment: one ``step`` per stage (batched generation)."""
-
-    metadata = {
-        "name": "WhoIsTheSpy-v0",
-        "render_modes": list(_RENDER_MODES),
-        "is_parallelizable": True,
-    }
 
     def __init__(self, config: GameConfig | None = None, render_mode: str | None = None, **overrides: Any):
         EzPickle.__init__(self, config, render_mode, **overrides)
-        if render_mode is not None and render_mode not in _RENDER_MODES:
-            raise ValueError(f"render_mode must be None or one of {_RENDER_MODES}, got {render_mode!r}")
-        self.config = _config_from(config, overrides)
-        self.render_mode = render_mode
-        self._core = SpyGame(self.config)
-        self.possible_agents = list(self._core.possible_agents)
-        self.seat_of = self._core.seat_of
-        self.agents: list[str] = []
-
-    @property
-    def game(self) -> Game | None:
-        return self._core.game
-
-    def observation_space(self, agent: str) -> spaces.Space:
-        return self._core.observation_space(agent)
-
-    def action_space(self, agent: str) -> spaces.Space:
-        return self._core.action_space(agent)
+        self._setup(config, render_mode, overrides)
 
     def reset(self, seed: int | None = None, options: dict | None = None):
         self._core.new_game(seed, options)
@@ -496,12 +480,6 @@ class parallel_env(ParallelEnv, EzPickle):
         if self.render_mode == "human" and game.done:
             self.render()
         return observations, rewards, terminations, truncations, infos
-
-    def render(self) -> str | None:
-        return self._core.render(self.render_mode)
-
-    def close(self) -> None:
-        pass
 
 
 def env(config: GameConfig | None = None, render_mode: str | None = None, **overrides: Any) -> AECEnv:
