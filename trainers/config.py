@@ -276,7 +276,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "model": "smollm2",
         "dtype": "float32",
         "device": "cpu",
-        "documents_per_iteration": 2,
+        "documents_per_iteration": 1,
         "games_per_document": 2,
         "mini_batch_size": 10,
         "micro_batch_size": 5,
@@ -289,7 +289,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "stage_schedule": "alternate",
         "k_min": 1,
         "checkpoint_every": 1,
-        "game": {"n_players": 5},
+        "game": {"n_players": 5, "max_document_chars": 1500},
         "output_dir": "runs/smollm2-cpu",
     },
     "cpu-smoke": {
