@@ -155,3 +155,24 @@ def test_a_performing_iteration_moves_performances_toward_higher_reward(tmp_path
     weights = np.exp(delta - delta.max())
     assert float((weights * rewards).sum() / weights.sum()) > rewards.mean()  # reweighted reward rose
     json.dumps(trainer.rae.state_dict())
+
+
+@pytest.mark.slow
+def test_lora_trains_only_adapters_and_resumes(tmp_path):
+    pytest.importorskip("peft")
+    from trainers.grpo import SpyRLTrainer
+
+    config = SpyRLConfig.preset(
+        "cpu-smoke", output_dir=str(tmp_path / "run"), lora_r=4, lora_target_modules="all-linear",
+        iterations=1, checkpoint_every=1, keep_buffers=False, progress=False, learning_rate=1e-2,
+    )  # fmt: skip
+    trainer = SpyRLTrainer(config)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    changed = {n for n, p in trainer.model.named_parameters() if not torch.equal(before[n], p)}
+    assert changed and all("lora_" in n for n in changed)
+    assert (tmp_path / "run" / "checkpoints" / "iter_00001" / "model" / "adapter_model.safetensors").exists()
+    resumed = SpyRLTrainer(config, resume_from="latest")
+    assert resumed.iteration == 1
+    for (n, p), (_, q) in zip(trainer.model.named_parameters(), resumed.model.named_parameters(), strict=True):
+        assert torch.equal(p, q), n
