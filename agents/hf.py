@@ -194,6 +194,8 @@ class HFPolicy:
         try:
             ids = self._template(messages)
         except Exception:  # templates that reject a system turn: fold it into the user turn
+            if len(messages) < 2:
+                raise
             merged = [
                 {
                     "role": "user",

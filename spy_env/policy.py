@@ -48,8 +48,11 @@ class Policy(Protocol):
 
 
 def chat_messages(observation: Observation) -> list[dict[str, str]]:
-    """The observation as chat messages (system + user), ready for ``apply_chat_template``."""
-    return [
-        {"role": "system", "content": observation["system"]},
-        {"role": "user", "content": observation["prompt"]},
-    ]
+    """The observation as chat messages (system + user), ready for ``apply_chat_template``.
+
+    An empty or missing ``system`` gives a single user turn.
+    """
+    user = {"role": "user", "content": observation["prompt"]}
+    if not observation.get("system"):
+        return [user]
+    return [{"role": "system", "content": observation["system"]}, user]

