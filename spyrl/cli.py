@@ -304,6 +304,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not args.model:
         raise ValueError("spyrl eval needs --model SPEC (or --compare FILES)")
     policy = _load_agent(args.model, args)
+    if args.alignment:
+        from spy_env.runner import Runner
+        from spyrl.evaluation.alignment import reward_alignment
+
+        if not args.judge:
+            raise ValueError("--alignment needs --judge SPEC (the agent that ranks performances)")
+        judge = _load_agent(args.judge, args)
+        runner = Runner(_game_config(args))
+        buffer = runner.run([policy] * runner.config.n_players, args.games, seed=args.seed, progress=True)
+        documents = {doc.id: doc.text for doc in runner.documents}
+        result = reward_alignment(buffer, documents, judge)
+        print(result.summary())
+        console.print(f"plot written to {result.plot(Path(args.out_dir) / 'alignment.png')}")
+        return 0
     if args.game:
         from spyrl.evaluation import game_evaluation
 
@@ -398,6 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chart", default=None, help="also draw a bar chart (PNG)")
     p.add_argument("--compare", nargs="+", default=None, metavar="RESULTS", help="tabulate/plot saved results instead")
     p.add_argument("--game", action="store_true", help="game evaluation against the baselines instead")
+    p.add_argument("--alignment", action="store_true", help="votes received vs a judge's quality ranking")
+    p.add_argument("--judge", default=None, help="agent spec of the judge for --alignment")
     p.add_argument("--games", type=int, default=60)
     p.add_argument("--out-dir", default="runs/eval-game", help="output folder of --game")
     p.set_defaults(func=cmd_eval)

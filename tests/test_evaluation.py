@@ -167,3 +167,41 @@ def test_smollm2_gsm8k_limit_20_on_cpu(tmp_path):
     results = json.loads((tmp_path / "r.json").read_text())
     assert results["results"]["gsm8k"]["n"] == 20 and "gsm8k" in out
     assert results["decoding"]["max_new_tokens"] == 128
+
+
+class ConsistencyJudge:
+    """A scripted judge: ranks performances by the share of their numbers found in the source."""
+
+    name = "consistency-judge"
+
+    def act(self, observations):
+        import re
+
+        replies = []
+        for obs in observations:
+            text = obs["prompt"]
+            document = text.split("<document>", 1)[1].split("</document>", 1)[0]
+            source = set(re.findall(r"\d+(?:\.\d+)?", document))
+            blocks = re.findall(r'<performance player="(\d+)"[^>]*>\n(.*?)\n</performance>', text, re.S)
+            scores = []
+            for player, body in blocks:
+                numbers = re.findall(r"\d+(?:\.\d+)?", body)
+                scores.append((-(sum(n in source for n in numbers) / max(1, len(numbers))), int(player)))
+            replies.append("<ranking>" + ", ".join(str(p) for _, p in sorted(scores)) + "</ranking>")
+        return replies
+
+
+def test_reward_alignment_with_a_scripted_judge(tmp_path):
+    from spy_env import GameConfig
+    from spy_env.runner import Runner
+    from spyrl.evaluation.alignment import parse_ranking, reward_alignment
+
+    runner = Runner(GameConfig(degrade="perturb_numbers"))
+    buffer = runner.run([agents.load("heuristic")] * 5, 40, seed=0)
+    result = reward_alignment(buffer, {d.id: d.text for d in runner.documents}, ConsistencyJudge())
+    assert result.games == 40 and result.judged == 40 and result.judge_failures == 0
+    assert result.pooled_spearman > 0.3  # votes fall on the performances the judge ranks worst
+    assert result.plot(tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
+    failing = reward_alignment(buffer, {}, agents.load("random"))  # a judge that never ranks
+    assert failing.judge_failures == 40 and failing.judged == 0
+    assert parse_ranking("<ranking>2,1</ranking>", 3) is None
