@@ -43,7 +43,11 @@ class Benchmark:
 
 
 def _gsm8k_gold(answer: str) -> str:
-    """Text after ``####``, commas removed: ``'... #### 1,234'`` → ``'1234'``."""
+    """Text after ``####``, commas removed.
+
+    >>> _gsm8k_gold("She has 70 + 2 = 72 apples.\n#### 72"), _gsm8k_gold("#### 1,234")
+    ('72', '1234')
+    """
     return answer.split("####")[-1].strip().replace(",", "")
 
 
