@@ -45,7 +45,7 @@ class Benchmark:
 def _gsm8k_gold(answer: str) -> str:
     """Text after ``####``, commas removed.
 
-    >>> _gsm8k_gold("She has 70 + 2 = 72 apples.\n#### 72"), _gsm8k_gold("#### 1,234")
+    >>> _gsm8k_gold("She has 70 + 2 = 72 apples. #### 72"), _gsm8k_gold("#### 1,234")
     ('72', '1234')
     """
     return answer.split("####")[-1].strip().replace(",", "")
