@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ import numpy as np
 
 from spy_env.buffer import EpisodeBuffer
 from spy_env.config import GameConfig
+from spy_env.io import save_figure, write_text
 from spy_env.policy import Policy
 from spy_env.runner import Runner
 
@@ -144,7 +144,7 @@ class TournamentResult:
         out.mkdir(parents=True, exist_ok=True)
         paths = {"buffer": self.buffer.save(out / "games.parquet")}
         summary = {"config": self.config, "metrics": self.metrics, "ratings": self.ratings}
-        paths["summary"] = _atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, default=str))
+        paths["summary"] = write_text(out / "summary.json", json.dumps(summary, indent=2, default=str))
         paths["chart"] = self._chart(out / "chart.png")
         return paths
 
@@ -167,20 +167,7 @@ class TournamentResult:
             ax.tick_params(axis="x", rotation=20)
         fig.suptitle(f"spyrl tournament ({self.config.get('num_games', '?')} games)")
         fig.tight_layout()
-        fd, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
-        os.close(fd)
-        fig.savefig(tmp, dpi=100)
-        plt.close(fig)
-        os.replace(tmp, path)
-        return path
-
-
-def _atomic_write_text(path: Path, text: str) -> Path:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-    return path
+        return save_figure(fig, path)
 
 
 def run_tournament(

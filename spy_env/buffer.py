@@ -8,10 +8,11 @@ violations, and the game's truth (spy seat, role) once the game is over.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from spy_env.io import atomic_path
 
 __all__ = ["COLUMNS", "EpisodeBuffer", "features"]
 
@@ -115,19 +116,12 @@ class EpisodeBuffer:
         """Write to ``.parquet`` or ``.jsonl`` (by suffix), atomically: a crash leaves the old file."""
         path = Path(path)
         kind = _kind(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        try:
+        with atomic_path(path) as tmp:
             dataset = self.to_dataset()
             if kind == "parquet":
-                dataset.to_parquet(tmp)
+                dataset.to_parquet(str(tmp))
             else:
-                dataset.to_json(tmp, lines=True, force_ascii=False)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+                dataset.to_json(str(tmp), lines=True, force_ascii=False)
         return path
 
     @classmethod

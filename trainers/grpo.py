@@ -45,6 +45,7 @@ from agents.sampling import SamplingParams
 from spy_env.buffer import EpisodeBuffer
 from spy_env.config import GameConfig
 from spy_env.corpus import CorpusFilter, load_corpus
+from spy_env.io import write_text
 from spy_env.metrics import game_metrics
 from spy_env.runner import Runner
 from trainers.algorithm import PERFORM, RAEBaselines, StageController, group_normalized_advantages
@@ -502,10 +503,7 @@ class SpyRLTrainer:
         torch.save(state, tmp / STATE_FILE)
         shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
-        latest = root / "latest"
-        latest_tmp = root / f".latest.{os.getpid()}"
-        latest_tmp.write_text(target.name)
-        os.replace(latest_tmp, latest)
+        write_text(root / "latest", target.name)
         return target
 
     def load_checkpoint(self, path: str) -> None:

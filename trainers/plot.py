@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
+from spy_env.io import save_figure
 from trainers.sinks import read_metrics
 
 __all__ = ["plot_run"]
@@ -48,10 +48,4 @@ def plot_run(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -
             ax.legend(fontsize=7)
     fig.suptitle(f"spyrl run {Path(run_dir).name} (shaded: performing stage)")
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".png", dir=out.parent)
-    os.close(fd)
-    fig.savefig(tmp, dpi=90)
-    plt.close(fig)
-    os.replace(tmp, out)
-    return out
+    return save_figure(fig, out, dpi=90)

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from spy_env.io import write_text
+
 __all__ = ["MetricSinks", "read_metrics"]
 
 
@@ -99,11 +101,7 @@ class MetricSinks:
             self.rows_written = 0
             return
         kept = read_metrics(self.path)[:rows]
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for row in kept:
-                f.write(json.dumps(row) + "\n")
-        os.replace(tmp, self.path)
+        write_text(self.path, "".join(json.dumps(row) + "\n" for row in kept))
         self.rows_written = len(kept)
 
     def close(self) -> None:

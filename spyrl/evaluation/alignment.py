@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from spy_env.buffer import EpisodeBuffer
+from spy_env.io import save_figure
 from spy_env.prompts import format_performances
 
 __all__ = ["AlignmentResult", "judge_prompt", "parse_ranking", "reward_alignment", "spearman"]
@@ -117,14 +117,7 @@ class AlignmentResult:
         ax.set_ylabel("votes received")
         ax.set_title(f"reward alignment: Spearman {self.pooled_spearman:+.2f}")
         fig.tight_layout()
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
-        os.close(fd)
-        fig.savefig(tmp, dpi=100)
-        plt.close(fig)
-        os.replace(tmp, path)
-        return path
+        return save_figure(fig, path)
 
 
 def reward_alignment(buffer: EpisodeBuffer, documents: dict[str, str], judge: Any) -> AlignmentResult:

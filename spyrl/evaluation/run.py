@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from spy_env.io import save_figure, write_text
 from spyrl.evaluation.benchmarks import BENCHMARKS, MATH_SUFFIX, MC_SUFFIX, load_items
 from spyrl.evaluation.scoring import Scorer, extract_answer, mc_letter
 
@@ -81,13 +81,7 @@ def evaluate(
 
 
 def save_results(results: Mapping[str, Any], path: str | os.PathLike) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=2, default=str)
-    os.replace(tmp, path)
-    return path
+    return write_text(path, json.dumps(results, indent=2, default=str))
 
 
 def results_table(runs: Sequence[Mapping[str, Any]]) -> str:
@@ -121,14 +115,7 @@ def plot_results(runs: Sequence[Mapping[str, Any]], path: str | os.PathLike) -> 
     ax.set_ylabel("accuracy (%)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
-    os.close(fd)
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return save_figure(fig, path)
 
 
 def game_evaluation(policy: Any, name: str, num_games: int, *, seed: int = 0, config: Any = None):
