@@ -176,3 +176,20 @@ def test_lora_trains_only_adapters_and_resumes(tmp_path):
     assert resumed.iteration == 1
     for (n, p), (_, q) in zip(trainer.model.named_parameters(), resumed.model.named_parameters(), strict=True):
         assert torch.equal(p, q), n
+
+
+@pytest.mark.slow
+def test_two_processes_with_ddp_on_cpu(tmp_path):
+    """`torchrun --nproc_per_node 2`: accelerate's DDP (gloo) keeps replicas identical, games and
+    stage decisions are global, each rank saves its own buffer, rank 0 writes checkpoints."""
+    out = tmp_path / "ddp"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "spyrl", "train",
+           "--preset", "cpu-smoke", "--output-dir", str(out), "--set", "iterations=3", "--set", "progress=false"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = read_metrics(out)
+    assert [r["iteration"] for r in rows] == [1, 2, 3]
+    assert all(r["dist/num_processes"] == 2 and r["env/games"] == 32 for r in rows)
+    assert all(r["dist/param_sync_error"] == 0.0 for r in rows)
+    assert len(list((out / "buffers").glob("iter_00000.rank*.parquet"))) == 2
+    assert (out / "checkpoints" / "latest").read_text() == "iter_00003"

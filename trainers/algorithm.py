@@ -73,10 +73,18 @@ class RAEBaselines:
         rewards = np.asarray(rewards, dtype=np.float64)
         advantages = np.array([r - self.baselines.get(role, 0.0) for r, role in zip(rewards, roles, strict=True)])
         if update:
-            for role in sorted(set(roles)):
-                mean = float(np.mean([r for r, k in zip(rewards, roles, strict=True) if k == role]))
-                self.baselines[role] = self.alpha * self.baselines.get(role, 0.0) + (1 - self.alpha) * mean
+            self.update(
+                {
+                    role: float(np.mean([r for r, k in zip(rewards, roles, strict=True) if k == role]))
+                    for role in set(roles)
+                }
+            )
         return advantages
+
+    def update(self, role_means: Mapping[str, float]) -> None:
+        """``b_role ← α b_role + (1 − α) r̄_role`` for each role with a batch mean."""
+        for role in sorted(role_means):
+            self.baselines[role] = self.alpha * self.baselines.get(role, 0.0) + (1 - self.alpha) * role_means[role]
 
     def state_dict(self) -> dict[str, Any]:
         return {"alpha": self.alpha, "baselines": dict(self.baselines)}

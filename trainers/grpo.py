@@ -60,8 +60,9 @@ __all__ = ["SpyRLTrainer", "load_policy_model", "sequence_logps"]
 STATE_FILE = "trainer_state.pt"
 
 
-def _seed_for(seed: int, iteration: int, stream: int) -> int:
-    return int(np.random.SeedSequence([seed, iteration, stream]).generate_state(1)[0])
+def _seed_for(seed: int, iteration: int, stream: int, rank: int = 0) -> int:
+    entropy = [seed, iteration, stream] + ([rank] if rank else [])
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0])
 
 
 def load_policy_model(config: SpyRLConfig) -> tuple[Any, Any, str]:
@@ -144,6 +145,14 @@ class SpyRLTrainer:
             self.model.gradient_checkpointing_enable()
         if config.lora_r:
             self._apply_lora()
+        from accelerate import Accelerator
+
+        # One process: a plain loop. Under `accelerate launch`: DDP/FSDP/DeepSpeed as configured.
+        self.accelerator = Accelerator(cpu=resolve_device(config.device) == "cpu")
+        self.distributed = self.accelerator.num_processes > 1
+        self.rank = self.accelerator.process_index
+        if self.distributed:
+            self.model.to(self.accelerator.device)
         self.ref_model = self._reference_model()
         self.pad_id = (
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
@@ -154,6 +163,8 @@ class SpyRLTrainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda it: min(1.0, (it + 1) / (warmup + 1)) if warmup else 1.0
         )
+        if self.distributed:
+            self.model, self.optimizer = self.accelerator.prepare(self.model, self.optimizer)
         self.controller = StageController(
             schedule=config.stage_schedule,
             start=config.start_stage,
@@ -176,7 +187,7 @@ class SpyRLTrainer:
         self.train_documents = tuple(documents[: len(documents) - holdout] if holdout else documents)
         self.eval_documents = tuple(documents[len(documents) - holdout :]) if holdout else self.train_documents
         self.policy = HFPolicy(
-            self.model,
+            self.unwrapped,
             self.tokenizer,
             sampling=SamplingParams(
                 temperature=config.temperature,
@@ -193,9 +204,22 @@ class SpyRLTrainer:
             self.policy = VLLMServerPolicy(config.vllm_server_url, self.tokenizer, self.policy.sampling)
             self.policy.sync(self.model)
         self.seat_policy = _seat_policy(config, self.policy)
-        self.sinks = MetricSinks(self.output_dir, config.report_to, config.to_dict())
+        main = self.accelerator.is_main_process
+        self.sinks = MetricSinks(self.output_dir, config.report_to if main else [], config.to_dict())
         if resume_from:
             self.load_checkpoint(resume_from)
+
+    @property
+    def unwrapped(self) -> Any:
+        """The model without DDP/FSDP wrappers (generation and saving use it)."""
+        return self.accelerator.unwrap_model(self.model)
+
+    def _all_reduce(self, values: Sequence[float], op: str = "sum") -> list[float]:
+        """Sum (or mean) ``values`` over processes; identity in a single process."""
+        if not self.distributed:
+            return list(values)
+        tensor = torch.tensor(list(values), dtype=torch.float64, device=self.accelerator.device)
+        return self.accelerator.reduce(tensor, reduction=op).tolist()
 
     # --------------------------------------------------------------- set-up
     def _apply_lora(self) -> None:
@@ -229,7 +253,7 @@ class SpyRLTrainer:
         with torch.no_grad():
             if self.ref_model is not None:
                 return sequence_logps(self.ref_model, prompts, completions, self.pad_id, self.config.temperature)[0]
-            with self.model.disable_adapter():
+            with self.unwrapped.disable_adapter():
                 return sequence_logps(self.model, prompts, completions, self.pad_id, self.config.temperature)[0]
 
     # ------------------------------------------------------------- rollouts
@@ -245,7 +269,7 @@ class SpyRLTrainer:
 
     def rollouts(self) -> EpisodeBuffer:
         c = self.config
-        self.policy.sampling = replace(self.policy.sampling, seed=_seed_for(c.seed, self.iteration, 1))
+        self.policy.sampling = replace(self.policy.sampling, seed=_seed_for(c.seed, self.iteration, 1, self.rank))
         if hasattr(self.policy, "_calls"):
             self.policy._calls = 0
         self.model.eval()
@@ -254,15 +278,15 @@ class SpyRLTrainer:
         return runner.run(
             [self.seat_policy] * self.game_config.n_players,
             games,
-            seed=_seed_for(c.seed, self.iteration, 0),
+            seed=_seed_for(c.seed, self.iteration, 0, self.rank),
             policy_version=self.iteration,
-            first_game_id=self.iteration * games,
+            first_game_id=(self.iteration * self.accelerator.num_processes + self.rank) * games,
         )
 
     def evaluate(self, num_games: int, seed: int = 12345) -> dict[str, float]:
         """Held-out detection accuracy etc. with greedy decoding on held-out documents."""
         policy = HFPolicy(
-            self.model,
+            self.unwrapped,
             self.tokenizer,
             sampling=SamplingParams(temperature=0.0, max_new_tokens=self.config.max_completion_tokens),
             name="policy",
@@ -292,7 +316,17 @@ class SpyRLTrainer:
                 skipped["too_long_prompt"] += 1
             else:
                 rows.append(row)
+        if self.distributed:  # every process must run the same number of backward passes
+            counts = self.accelerator.gather(torch.tensor([len(rows)], device=self.accelerator.device))
+            rows = rows[: int(counts.min())]
         rewards = [r["reward"] for r in rows]
+        if wanted == "perform" and c.rae and self.distributed:  # global role means keep baselines in sync
+            roles = [r["role"] for r in rows]
+            sums = self._all_reduce(
+                [sum(r for r, k in zip(rewards, roles, strict=True) if k == role) for role in ("civilian", "spy")]
+                + [roles.count("civilian"), roles.count("spy")]
+            )
+            rae_means = {role: sums[i] / sums[i + 2] for i, role in enumerate(("civilian", "spy")) if sums[i + 2]}
         if not rows:
             return rows, {f"samples/skipped_{k}": v for k, v in skipped.items()}
         if wanted == "vote":
@@ -303,7 +337,12 @@ class SpyRLTrainer:
             advantages = group_normalized_advantages(rewards, groups, eps=c.advantage_eps)
         else:
             roles = [r["role"] for r in rows]
-            advantages = self.rae.advantages(rewards, roles) if c.rae else np.asarray(rewards, dtype=np.float64)
+            if c.rae:
+                advantages = self.rae.advantages(rewards, roles, update=not self.distributed)
+                if self.distributed:
+                    self.rae.update(rae_means)
+            else:
+                advantages = np.asarray(rewards, dtype=np.float64)
             if c.perform_group_norm:
                 groups = [(r["group_id"], r["seat"], r["round"]) for r in rows]
                 advantages = group_normalized_advantages(rewards, groups, eps=c.advantage_eps)
@@ -375,7 +414,7 @@ class SpyRLTrainer:
                         kl_bias_correction=c.kl_bias_correction, max_completion_length=c.max_completion_tokens,
                         num_items_in_batch=items, accumulation_steps=len(micros),
                     )  # fmt: skip
-                    out.loss.backward()
+                    self.accelerator.backward(out.loss)
                     micro_steps += 1
                     tokens += int(mask.sum().item())
                     totals["loss"] += out.policy_loss
@@ -384,7 +423,7 @@ class SpyRLTrainer:
                     totals["ratio"] += out.ratio_mean
                     totals["entropy"] += float((entropy * mask).sum() / mask.sum().clamp(min=1))
                 if c.max_grad_norm:
-                    grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
+                    grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
                     totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(grad_norm)
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
@@ -405,8 +444,13 @@ class SpyRLTrainer:
         buffer = self.rollouts()
         rollout_seconds = time.perf_counter() - start
         if c.keep_buffers:
-            buffer.save(self.output_dir / "buffers" / f"iter_{self.iteration:05d}.parquet")
+            suffix = f".rank{self.rank}" if self.distributed else ""
+            buffer.save(self.output_dir / "buffers" / f"iter_{self.iteration:05d}{suffix}.parquet")
         game = game_metrics(buffer)
+        if self.distributed:  # every process decides the next stage from the same global numbers
+            keys = sorted(game)
+            game = dict(zip(keys, self._all_reduce([game[k] for k in keys], op="mean"), strict=True))
+            game["games"] *= self.accelerator.num_processes
         rows, sample_stats = self.select_samples(buffer, stage)
         start = time.perf_counter()
         update_stats = self.update(rows, stage) if rows else {"losses/optimizer_steps": 0, "perf/update_tokens": 0}
@@ -414,7 +458,7 @@ class SpyRLTrainer:
         self.scheduler.step()
         self.iteration += 1
         if hasattr(self.policy, "sync"):  # a separate engine (vLLM server) needs the new weights
-            self.policy.sync(self.model)
+            self.policy.sync(self.unwrapped)
         next_stage = self.controller.update(game["detection_accuracy"], game["na_rate"])
         generated = sum(len(r["completion_token_ids"]) for r in buffer)
         metrics: dict[str, Any] = {
@@ -436,7 +480,13 @@ class SpyRLTrainer:
             "perf/rollout_tokens_per_s": generated / max(rollout_seconds, 1e-9),
             "perf/update_tokens_per_s": update_stats["perf/update_tokens"] / max(update_seconds, 1e-9),
         }
-        if c.eval_games and self.iteration % c.eval_every == 0:
+        if self.distributed:
+            metrics["dist/num_processes"] = self.accelerator.num_processes
+            with torch.no_grad():  # replicas must stay identical: a cheap fingerprint, gathered
+                fingerprint = sum(p.double().sum() for p in self.unwrapped.parameters())
+            spread = self.accelerator.gather(fingerprint.reshape(1).to(self.accelerator.device))
+            metrics["dist/param_sync_error"] = float(spread.max() - spread.min())
+        if c.eval_games and self.iteration % c.eval_every == 0 and self.accelerator.is_main_process:
             for k, v in self.evaluate(c.eval_games).items():
                 metrics[f"eval/{k}"] = v
         self.sinks.log(metrics)
@@ -480,10 +530,17 @@ class SpyRLTrainer:
         """Everything needed to resume exactly, written atomically to ``checkpoints/iter_K``."""
         root = self.output_dir / "checkpoints"
         target = root / f"iter_{self.iteration:05d}"
+        # Collective under FSDP / ZeRO-3 (full weights gathered), a plain state_dict otherwise.
+        state_dict = self.accelerator.get_state_dict(self.model) if self.distributed else None
+        if self.distributed:
+            self.accelerator.wait_for_everyone()
+            if not self.accelerator.is_main_process:  # the main process writes; the others wait
+                self.accelerator.wait_for_everyone()
+                return target
         tmp = root / f".tmp_iter_{self.iteration:05d}_{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        self.model.save_pretrained(tmp / "model")
+        self.unwrapped.save_pretrained(tmp / "model", state_dict=state_dict)
         self.tokenizer.save_pretrained(tmp / "model")
         state = {
             "iteration": self.iteration,
@@ -504,6 +561,8 @@ class SpyRLTrainer:
         shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
         write_text(root / "latest", target.name)
+        if self.distributed:
+            self.accelerator.wait_for_everyone()
         return target
 
     def load_checkpoint(self, path: str) -> None:
@@ -518,14 +577,16 @@ class SpyRLTrainer:
             from peft import set_peft_model_state_dict
             from safetensors.torch import load_file
 
-            set_peft_model_state_dict(self.model, load_file(str(checkpoint / "model" / "adapter_model.safetensors")))
+            set_peft_model_state_dict(
+                self.unwrapped, load_file(str(checkpoint / "model" / "adapter_model.safetensors"))
+            )
         else:
             from transformers import AutoModelForCausalLM
 
             loaded = AutoModelForCausalLM.from_pretrained(
                 checkpoint / "model", dtype=next(self.model.parameters()).dtype
             )
-            self.model.load_state_dict(loaded.state_dict())
+            self.unwrapped.load_state_dict(loaded.state_dict())
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.controller.load_state_dict(state["controller"])
