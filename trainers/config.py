@@ -4,7 +4,8 @@ Presets (``SpyRLConfig.preset(name, **overrides)``):
 
 - ``qwen3-4b-paper``: the reported recipe (GPU): Qwen3-4B-Instruct-2507, lr 1e-6, 128 documents
   × 8 games per iteration, mini-batch 128, ε 0.2, β 0.001 (k3), 100 iterations, prompts up to
-  12288 and responses up to 4096 tokens, 5 players, 1 round, bf16, gradient checkpointing, vLLM.
+  12288 and responses up to 4096 tokens, 5 players, 1 round, bf16, gradient checkpointing, colocated
+  vLLM rollouts (``generation=vllm-server`` for a separate ``trl vllm-serve``).
 - ``smollm2-cpu``: SmolLM2-135M-Instruct on CPU, tiny batches, one iteration of each stage.
 - ``cpu-smoke``: a tiny random model built on the fly; minutes on CPU.
 
@@ -27,7 +28,7 @@ __all__ = ["PRESETS", "SpyRLConfig"]
 LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo")
 LEVELS = ("token", "sequence", "action")
 SCHEDULES = ("adaptive", "alternate", "detect", "perform")
-GENERATION = ("hf", "vllm-server")
+GENERATION = ("hf", "vllm-colocate", "vllm-server")
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -60,9 +61,20 @@ class SpyRLConfig:
     replay_setup: bool = _f(True, "Games of a group also share spy seat and masks (exchangeable groups).")
     # ------------------------------------------------------------ rollouts
     generation: str = _f(
-        "hf", "Rollout engine: hf (the policy itself) or vllm-server (TRL's VLLMClient with weight sync)."
+        "hf",
+        "Rollout engine: hf (the policy itself, CPU or GPU); vllm-colocate (a vLLM engine in each training "
+        "process) or vllm-server (trl vllm-serve + VLLMClient), both through TRL's VLLMGeneration with weight sync.",
     )
-    vllm_server_url: str = _f("http://127.0.0.1:8000", "trl vllm-serve / vllm serve base URL (server mode).")
+    vllm_server_url: str = _f("http://127.0.0.1:8000", "trl vllm-serve / vllm serve base URL (vllm-server).")
+    vllm_server_timeout: float = _f(240.0, "Seconds to wait for the vLLM server to come up (vllm-server).")
+    vllm_group_port: int = _f(51216, "Port of the NCCL weight-update group with the server (vllm-server).")
+    vllm_gpu_memory_utilization: float = _f(
+        0.3, "GPU memory fraction a colocated vLLM engine may take; the rest trains (vllm-colocate)."
+    )
+    vllm_tensor_parallel_size: int = _f(1, "Tensor-parallel size of each colocated engine; divides the world size.")
+    vllm_enable_sleep_mode: bool = _f(
+        False, "Put the colocated engine to sleep (weights and KV cache freed) outside rollouts (vllm-colocate)."
+    )
     temperature: float = _f(1.0, "Sampling temperature of rollouts (logps are computed at this temperature).")
     top_p: float = _f(1.0, "Nucleus sampling of rollouts.")
     max_prompt_tokens: int = _f(12288, "Longer prompts are skipped for training and counted.")
@@ -180,16 +192,18 @@ class SpyRLConfig:
                     load(getattr(self, name))
                 except ValueError as e:
                     raise bad(name, f"'self' or an agent spec ({e})") from e
-        for name in ("performer", "voter"):
-            if getattr(self, name) != "self":
-                from agents import load
-
-                try:
-                    load(getattr(self, name))
-                except ValueError as e:
-                    raise bad(name, f"'self' or an agent spec ({e})") from e
         if self.eval_games < 0:
             raise bad("eval_games", "an integer >= 0")
+        if not 0 < self.vllm_gpu_memory_utilization <= 1:
+            raise bad("vllm_gpu_memory_utilization", "in (0, 1]")
+        if not isinstance(self.vllm_tensor_parallel_size, int) or self.vllm_tensor_parallel_size < 1:
+            raise bad("vllm_tensor_parallel_size", "an integer >= 1")
+        if not isinstance(self.vllm_group_port, int) or not 0 < self.vllm_group_port < 65536:
+            raise bad("vllm_group_port", "a port number in [1, 65535]")
+        if not self.vllm_server_timeout > 0:
+            raise bad("vllm_server_timeout", "a number of seconds > 0")
+        if not str(self.vllm_server_url).startswith(("http://", "https://")):
+            raise bad("vllm_server_url", "an http(s):// URL")
         from spy_env.config import GameConfig
 
         if not isinstance(self.game, Mapping):
@@ -258,7 +272,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "model": "Qwen/Qwen3-4B-Instruct-2507",
         "dtype": "bfloat16",
         "gradient_checkpointing": True,
-        "generation": "vllm-server",
+        "generation": "vllm-colocate",
+        "vllm_enable_sleep_mode": True,
         "documents_per_iteration": 128,
         "games_per_document": 8,
         "mini_batch_size": 128,

@@ -151,6 +151,7 @@ class SpyRLTrainer:
         self.accelerator = Accelerator(cpu=resolve_device(config.device) == "cpu")
         self.distributed = self.accelerator.num_processes > 1
         self.rank = self.accelerator.process_index
+        self._check_sharding()
         if self.distributed:
             self.model.to(self.accelerator.device)
         self.ref_model = self._reference_model()
@@ -198,16 +199,15 @@ class SpyRLTrainer:
             batch_size=config.generation_batch_size,
             constrained_votes=config.constrained_votes,
         )
-        if config.generation == "vllm-server":
-            from trainers.vllm_engine import VLLMServerPolicy
-
-            self.policy = VLLMServerPolicy(config.vllm_server_url, self.tokenizer, self.policy.sampling)
-            self.policy.sync(self.model)
+        if config.generation != "hf":
+            self.policy = self._vllm_policy(self.policy)
         self.seat_policy = _seat_policy(config, self.policy)
         main = self.accelerator.is_main_process
         self.sinks = MetricSinks(self.output_dir, config.report_to if main else [], config.to_dict())
         if resume_from:
             self.load_checkpoint(resume_from)
+            if hasattr(self.policy, "sync"):  # the engine loaded the initial weights, not the checkpoint's
+                self.policy.sync()
 
     @property
     def unwrapped(self) -> Any:
@@ -236,6 +236,43 @@ class SpyRLTrainer:
             task_type="CAUSAL_LM",
         )
         self.model = get_peft_model(self.model, lora)
+
+    def _check_sharding(self) -> None:
+        """Under FSDP or ZeRO-3 no process holds whole weights, so hf generation cannot run there."""
+        state = self.accelerator.state
+        ds = getattr(state, "deepspeed_plugin", None)
+        sharded = getattr(state, "fsdp_plugin", None) is not None or (ds is not None and ds.zero_stage == 3)
+        if not sharded:
+            return
+        if self.config.generation == "hf":
+            raise ValueError(
+                "SpyRLConfig.generation must be 'vllm-colocate' or 'vllm-server' under FSDP or DeepSpeed ZeRO-3 "
+                "(the weights are sharded; TRL's VLLMGeneration gathers them for the engine), got 'hf'"
+            )
+        if self.config.eval_games:
+            raise ValueError(
+                "SpyRLConfig.eval_games must be 0 under FSDP or DeepSpeed ZeRO-3 (held-out games generate with "
+                "the hf backend on one process); evaluate a checkpoint with `spyrl eval --game` instead"
+            )
+
+    def _vllm_policy(self, encoder: HFPolicy) -> Any:
+        """Rollouts through TRL's VLLMGeneration (colocated or server), sharing ``encoder``'s prompts."""
+        from trainers.vllm_engine import VLLMRolloutPolicy, make_vllm_generation
+
+        c = self.config
+        collective = c.generation == "vllm-server" or c.vllm_tensor_parallel_size > 1
+        if collective and self.distributed and self.game_config.rounds > 1:
+            # generation then gathers prompts across processes, so every process must make the same
+            # number of calls; games of several rounds end at different times on different processes
+            raise ValueError(
+                "SpyRLConfig.game.rounds must be 1 with generation='vllm-server' or vllm_tensor_parallel_size > 1 "
+                f"on several processes, got {self.game_config.rounds}"
+            )
+        # FSDP weights are gathered from the wrapped model; DDP, DeepSpeed and PEFT from the module itself
+        fsdp = getattr(self.accelerator.state, "fsdp_plugin", None) is not None
+        model = self.model if fsdp else self.unwrapped
+        engine = make_vllm_generation(c, model, self.accelerator, self.tokenizer, self.model_path)
+        return VLLMRolloutPolicy(engine, encoder, constrained_votes=c.constrained_votes, name="policy")
 
     def _reference_model(self) -> Any:
         if self.config.beta == 0:
@@ -457,8 +494,8 @@ class SpyRLTrainer:
         update_seconds = time.perf_counter() - start
         self.scheduler.step()
         self.iteration += 1
-        if hasattr(self.policy, "sync"):  # a separate engine (vLLM server) needs the new weights
-            self.policy.sync(self.unwrapped)
+        if hasattr(self.policy, "sync"):  # a separate engine (vLLM) needs the new weights
+            self.policy.sync()
         next_stage = self.controller.update(game["detection_accuracy"], game["na_rate"])
         generated = sum(len(r["completion_token_ids"]) for r in buffer)
         metrics: dict[str, Any] = {

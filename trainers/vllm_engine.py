@@ -1,68 +1,174 @@
-"""Rollouts through a vLLM server with weight sync, using TRL's ``VLLMClient`` (GPU only).
+"""Rollouts through vLLM, colocated or as a server, kept in sync with the trained weights (GPU).
 
-Start the server with ``trl vllm-serve --model MODEL`` (in TRL 1.16 that launches ``vllm serve`` in
-dev mode with the NCCL weight-transfer engine), then train with
-``SpyRLConfig(generation="vllm-server", vllm_server_url=...)``. After every update the trainer
-pushes the new weights (``update_model_params``) and clears the prefix cache.
+The engine is TRL 1.16's own ``trl.generation.vllm_generation.VLLMGeneration`` (DESIGN §6: reuse
+TRL's pieces). It owns what is hard to get right at scale, and we do not duplicate it:
+
+- ``mode="colocate"``: a ``vllm.LLM`` in every training process, sharing its GPU
+  (``gpu_memory_utilization``, optional sleep mode between rollouts, tensor-parallel groups);
+- ``mode="server"``: a separate ``trl vllm-serve`` / ``vllm serve`` process reached through
+  ``VLLMClient`` (``generate``, ``init_communicator``, ``update_named_params``,
+  ``reset_prefix_cache``), prompts gathered from every process and completions scattered back;
+- weight sync that gathers FSDP/DeepSpeed ZeRO-3 shards and merges LoRA adapters before pushing.
+
+This module adapts it to the policy contract of the runner: observations in, :class:`Action`
+records out, prompts encoded with the same chat template as the ``hf`` backend, and optional
+constrained votes through vLLM's structured outputs.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
-from agents.sampling import SamplingParams
-from spy_env.policy import Action, Observation, chat_messages
+from spy_env.policy import Action, Observation
 
-__all__ = ["VLLMServerPolicy"]
+__all__ = [
+    "VLLMRolloutPolicy",
+    "actions_from_generation",
+    "make_vllm_generation",
+    "vllm_generation_kwargs",
+    "vote_regex",
+]
 
 
-class VLLMServerPolicy:
-    """A policy whose completions come from a vLLM server kept in sync with the trained model."""
+def vote_regex(observations: Sequence[Observation]) -> str | None:
+    """A regex for ``<vote>k</vote>`` over the seats legal in *any* observation of the batch, or None.
 
-    def __init__(self, base_url: str, tokenizer: Any, sampling: SamplingParams, name: str = "policy") -> None:
-        try:
-            from trl.generation.vllm_client import VLLMClient
-        except ImportError as e:
-            raise ImportError(
-                "generation='vllm-server' needs trl and vllm on a CUDA machine: pip install 'spyrl[train,vllm]'"
-            ) from e
-        self.client = VLLMClient(base_url=base_url, connection_timeout=240.0)
-        self.client.init_communicator(device=0)
-        self.tokenizer = tokenizer
-        self.sampling = sampling
+    Only a batch made entirely of detection-stage observations is constrained (the runner calls a
+    policy once per stage, so batches are never mixed). A structured-output request carries one
+    pattern for the whole batch, so this is looser than the ``hf`` backend's per-observation
+    constraint: a voter may still name a seat that is illegal for it (say, its own), which the game
+    records as a violation and penalises.
+
+    >>> vote_regex([{"stage": 1, "vote_targets": [False, True, True]}, {"stage": 1, "vote_targets": [True, False, True]}])
+    '<vote>(?:1|2|3)</vote>'
+    >>> vote_regex([{"stage": 0, "vote_targets": [True, True]}]) is None
+    True
+    """
+    if not observations or any(obs.get("stage") != 1 for obs in observations):
+        return None
+    legal: set[int] = set()
+    for obs in observations:
+        targets = obs.get("vote_targets")  # a boolean array in the environment's observations
+        legal |= {i for i, ok in enumerate(() if targets is None else targets) if ok}
+    if not legal:
+        return None
+    return "<vote>(?:" + "|".join(re.escape(str(s + 1)) for s in sorted(legal)) + ")</vote>"
+
+
+def actions_from_generation(
+    prompt_ids: Sequence[Sequence[int]],
+    completion_ids: Sequence[Sequence[int]],
+    logprobs: Sequence[Sequence[Sequence[float | None]]] | None,
+    tokenizer: Any,
+    eos_ids: set[int],
+    max_tokens: int,
+) -> list[Action]:
+    """Turn ``VLLMGeneration.generate``'s lists into actions.
+
+    ``logprobs[i][t]`` holds the sampled token first (``logprobs=0``); vLLM reports NaN as None,
+    kept here as NaN. A completion that ends in an EOS token stopped; one that filled the budget
+    hit the length limit; anything shorter stopped on a stop condition (e.g. a finished vote).
+    """
+    actions = []
+    for i, (prompt, completion) in enumerate(zip(prompt_ids, completion_ids, strict=True)):
+        tokens = [int(t) for t in completion]
+        hit_limit = len(tokens) >= max_tokens and not (tokens and tokens[-1] in eos_ids)
+        finish = "length" if hit_limit else "stop"
+        token_logprobs = None
+        if logprobs is not None:
+            token_logprobs = [math.nan if step[0] is None else float(step[0]) for step in logprobs[i]]
+        actions.append(
+            Action(
+                text=tokenizer.decode(tokens, skip_special_tokens=True),
+                prompt_token_ids=[int(t) for t in prompt],
+                completion_token_ids=tokens,
+                logprobs=token_logprobs,
+                finish_reason=finish,
+            )
+        )
+    return actions
+
+
+class VLLMRolloutPolicy:
+    """A batched policy backed by a ``VLLMGeneration`` engine.
+
+    ``encoder`` is an :class:`agents.hf.HFPolicy` over the trained model: its ``encode`` gives the
+    prompt token ids (same chat template and fallbacks as the ``hf`` backend) and its ``eos_ids``
+    end completions. ``engine`` is anything with TRL's ``generate(prompts, images, num_generations)``
+    and ``sync_weights()``.
+    """
+
+    def __init__(self, engine: Any, encoder: Any, *, constrained_votes: bool = False, name: str = "policy") -> None:
+        self.engine = engine
+        self.encoder = encoder
+        self.constrained_votes = constrained_votes
         self.name = name
+        self.syncs = 0
+
+    @property
+    def sampling(self):
+        return self.encoder.sampling
+
+    @sampling.setter
+    def sampling(self, value) -> None:
+        self.encoder.sampling = value
 
     def act(self, observations: Sequence[Observation]) -> list[Action]:
-        prompts = [
-            list(self.tokenizer.apply_chat_template(chat_messages(o), add_generation_prompt=True, tokenize=True))
-            for o in observations
-        ]
-        s = self.sampling
-        out = self.client.generate(
-            prompts=prompts,
-            n=1,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            top_k=s.top_k,
-            max_tokens=s.max_new_tokens,
-            logprobs=0,
+        prompts = [self.encoder.encode(obs) for obs in observations]
+        self.engine.structured_outputs_regex = vote_regex(observations) if self.constrained_votes else None
+        prompt_ids, completion_ids, logprobs, _ = self.engine.generate(prompts, None, 1)
+        return actions_from_generation(
+            prompt_ids,
+            completion_ids,
+            logprobs,
+            self.encoder.tokenizer,
+            set(self.encoder.eos_ids),
+            self.engine.max_completion_length,
         )
-        actions = []
-        for prompt, completion, logprobs in zip(prompts, out["completion_ids"], out["logprobs"], strict=True):
-            eos = self.tokenizer.eos_token_id
-            actions.append(
-                Action(
-                    text=self.tokenizer.decode(completion, skip_special_tokens=True),
-                    prompt_token_ids=prompt,
-                    completion_token_ids=list(completion),
-                    logprobs=[float(step[0]) for step in logprobs],
-                    finish_reason="stop" if completion and completion[-1] == eos else "length",
-                )
-            )
-        return actions
 
-    def sync(self, model: Any) -> None:
-        """Push the trained weights to the server and drop its stale prefix cache."""
-        self.client.update_model_params(model)
-        self.client.reset_prefix_cache()
+    def sync(self) -> None:
+        """Push the current training weights to the engine (a collective: every process calls it)."""
+        self.engine.sync_weights()
+        self.syncs += 1
+
+
+def vllm_generation_kwargs(config: Any, model: Any, accelerator: Any, tokenizer: Any) -> dict[str, Any]:
+    """Keyword arguments of TRL's ``VLLMGeneration`` for a :class:`trainers.SpyRLConfig`."""
+    server = config.generation == "vllm-server"
+    return {
+        "model": model,
+        "accelerator": accelerator,
+        "processing_class": tokenizer,
+        "mode": "server" if server else "colocate",
+        "server_base_url": config.vllm_server_url if server else None,
+        "server_timeout": config.vllm_server_timeout,
+        "group_port": config.vllm_group_port,
+        "tensor_parallel_size": config.vllm_tensor_parallel_size,
+        "gpu_memory_utilization": config.vllm_gpu_memory_utilization,
+        "max_model_length": config.max_prompt_tokens + config.max_completion_tokens,
+        "enable_sleep_mode": config.vllm_enable_sleep_mode,
+        "temperature": config.temperature,
+        "top_p": config.top_p,
+        "max_completion_length": config.max_completion_tokens,
+        "logprobs": 0,  # the sampled token's log-prob only
+    }
+
+
+def make_vllm_generation(config: Any, model: Any, accelerator: Any, tokenizer: Any, model_path: str) -> Any:
+    """Build TRL's ``VLLMGeneration`` from a :class:`trainers.SpyRLConfig` (import-guarded)."""
+    try:
+        from trl.generation.vllm_generation import VLLMGeneration
+        from trl.import_utils import is_vllm_available
+    except ImportError as e:
+        raise ImportError("vLLM rollouts need TRL: pip install 'spyrl[train,vllm]'") from e
+    if not is_vllm_available():
+        raise ImportError(
+            f"generation={config.generation!r} needs vLLM on a CUDA machine: pip install 'spyrl[train,vllm]' "
+            "(or use generation='hf')"
+        )
+    if getattr(model, "name_or_path", None) != model_path:  # a colocated engine loads its weights from here
+        model.name_or_path = model_path
+    return VLLMGeneration(**vllm_generation_kwargs(config, model, accelerator, tokenizer))
