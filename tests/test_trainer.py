@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -193,3 +194,54 @@ def test_two_processes_with_ddp_on_cpu(tmp_path):
     assert all(r["dist/param_sync_error"] == 0.0 for r in rows)
     assert len(list((out / "buffers").glob("iter_00000.rank*.parquet"))) == 2
     assert (out / "checkpoints" / "latest").read_text() == "iter_00003"
+
+
+def _smoke(tmp_path, name, **overrides):
+    values = dict(output_dir=str(tmp_path / name), iterations=1, keep_buffers=False, progress=False,
+                  learning_rate=1e-2, stage_schedule="detect")  # fmt: skip
+    values.update(overrides)
+    return SpyRLConfig.preset("cpu-smoke", **values)
+
+
+@pytest.mark.slow
+def test_gradient_checkpointing_changes_memory_not_updates(tmp_path):
+    from trainers.grpo import SpyRLTrainer
+
+    plain = SpyRLTrainer(_smoke(tmp_path, "plain"))
+    rows, _ = plain.select_samples(plain.rollouts(), "detect")
+    assert any(r["advantage"] != 0 for r in rows)
+    checkpointed = SpyRLTrainer(_smoke(tmp_path, "checkpointed", gradient_checkpointing=True))
+    assert any(getattr(m, "gradient_checkpointing", False) for m in checkpointed.model.modules())
+    before = {n: p.detach().clone() for n, p in plain.model.named_parameters()}
+    plain.update(rows, "detect")
+    checkpointed.update(rows, "detect")
+    moved = 0
+    for (name, p), (_, q) in zip(plain.model.named_parameters(), checkpointed.model.named_parameters(), strict=True):
+        torch.testing.assert_close(q, p, atol=1e-6, rtol=1e-5, msg=name)
+        moved += not torch.equal(p, before[name])
+    assert moved > 0
+
+
+@pytest.mark.slow
+def test_lora_with_gradient_checkpointing_still_trains_the_adapters(tmp_path):
+    pytest.importorskip("peft")
+    from trainers.grpo import SpyRLTrainer
+
+    trainer = SpyRLTrainer(_smoke(tmp_path, "lora", lora_r=4, gradient_checkpointing=True, checkpoint_every=5))
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}
+    metrics = trainer.train_iteration()
+    assert metrics["losses/optimizer_steps"] > 0
+    assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters() if "lora_" in n)
+
+
+@pytest.mark.slow
+def test_bfloat16_training_keeps_dtype_and_finite_metrics(tmp_path):
+    from trainers.grpo import SpyRLTrainer
+
+    trainer = SpyRLTrainer(_smoke(tmp_path, "bf16", dtype="bfloat16", gradient_checkpointing=True))
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    metrics = trainer.train_iteration()
+    assert all(p.dtype == torch.bfloat16 for p in trainer.model.parameters())
+    assert metrics["losses/optimizer_steps"] > 0
+    assert all(math.isfinite(metrics[k]) for k in ("losses/loss", "losses/kl", "losses/entropy", "losses/grad_norm"))
+    assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())

@@ -252,3 +252,21 @@ def test_config_validation_and_presets():
     with pytest.raises(ValueError, match="unknown"):
         SpyRLConfig.from_dict({"lr": 1})
     assert math.isclose(SpyRLConfig(epsilon=0.2, epsilon_high=0.28).epsilon_upper, 0.28)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_selective_logps_equal_a_full_log_softmax(dtype):
+    from trainers.grpo import selective_logps
+
+    g = torch.Generator().manual_seed(0)
+    logits = (torch.randn(3, 5, 50, generator=g) * 4).to(dtype).requires_grad_(True)
+    targets = torch.randint(0, 50, (3, 5), generator=g)
+    logps, entropy = selective_logps(logits, targets, temperature=0.7, with_entropy=True)
+    full = torch.log_softmax(logits.float() / 0.7, dim=-1)
+    expected = full.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    assert logps.dtype == torch.float32
+    torch.testing.assert_close(logps, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(entropy, -(full.exp() * full).sum(-1), atol=1e-4, rtol=1e-4)
+    (grad,) = torch.autograd.grad((logps * torch.arange(5.0)).sum(), logits)
+    (expected_grad,) = torch.autograd.grad((expected * torch.arange(5.0)).sum(), logits)
+    torch.testing.assert_close(grad, expected_grad, atol=1e-5, rtol=1e-5)

@@ -119,17 +119,32 @@ def sequence_logps(
         attention_mask=attention,
         position_ids=position_ids,
         logits_to_keep=length + 1,
+        use_cache=False,
     )
-    logits = out.logits[:, :-1, :].float() / temperature  # (B, T, V): position t predicts completion token t
-    log_probs = torch.log_softmax(logits, dim=-1)
-    targets = input_ids[:, width:]
-    logps = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    logits = out.logits[:, :-1, :]  # (B, T, V): position t predicts completion token t
+    logps, entropy = selective_logps(logits, input_ids[:, width:], temperature, with_entropy)
     mask = attention[:, width:].to(logps.dtype)
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            entropy = -(log_probs.exp() * log_probs).sum(-1)
     return logps * mask, mask, entropy
+
+
+def selective_logps(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``log softmax(logits / τ)[target]`` per position (fp32), and the entropy if asked.
+
+    Computed one sequence at a time as ``logit[target] − logsumexp(logits)``, so neither an fp32
+    copy of the whole (B, T, V) logits nor a (B, T, V) log-softmax is ever materialised at once
+    (with a 150k vocabulary and 4k-token responses those are tens of GB).
+    """
+    logps, entropies = [], []
+    for row_logits, row_targets in zip(logits, targets, strict=True):
+        row = row_logits.float() / temperature  # (T, V)
+        lse = torch.logsumexp(row, dim=-1)
+        logps.append(row.gather(-1, row_targets.unsqueeze(-1)).squeeze(-1) - lse)
+        if with_entropy:
+            with torch.no_grad():  # H = lse − Σ p·z
+                entropies.append(lse - (torch.softmax(row, dim=-1) * row).sum(-1))
+    return torch.stack(logps), torch.stack(entropies) if with_entropy else None
 
 
 class SpyRLTrainer:
@@ -142,7 +157,14 @@ class SpyRLTrainer:
         torch.manual_seed(config.seed)
         self.model, self.tokenizer, self.model_path = load_policy_model(config)
         if config.gradient_checkpointing:
-            self.model.gradient_checkpointing_enable()
+            # non-reentrant checkpointing with input grads enabled, so frozen embeddings (LoRA) still
+            # pass gradients through the checkpointed blocks; the new name since transformers 5
+            enable = getattr(self.model, "activation_checkpointing_enable", None)
+            if enable is not None:
+                enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                self.model.enable_input_require_grads()
         if config.lora_r:
             self._apply_lora()
         from accelerate import Accelerator
