@@ -128,6 +128,21 @@ def test_bad_vllm_settings_name_the_field(tmp_path, field, value):
         _config(tmp_path, **{field: value})
 
 
+def test_completions_for_other_prompts_are_refused(tiny):
+    class Misaligned:  # what server mode's slicing returns when processes' batch sizes differ
+        structured_outputs_regex = None
+        max_completion_length = 4
+
+        def generate(self, prompts, images, num_generations):
+            shifted = [*prompts[1:], [7, 7]]
+            return shifted, [[5]] * len(prompts), None, None
+
+    _, model, tokenizer = tiny
+    policy = VLLMRolloutPolicy(Misaligned(), HFPolicy(model, tokenizer))
+    with pytest.raises(RuntimeError, match="same size"):
+        policy.act([{"stage": 0, "prompt": "a"}, {"stage": 0, "prompt": "b c"}])
+
+
 # --------------------------------------------- the trainer drives the engine right
 class SeparateWeightsEngine:
     """``VLLMGeneration``'s interface over transformers, holding its own copy of the weights (as

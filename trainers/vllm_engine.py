@@ -120,6 +120,13 @@ class VLLMRolloutPolicy:
         prompts = [self.encoder.encode(obs) for obs in observations]
         self.engine.structured_outputs_regex = vote_regex(observations) if self.constrained_votes else None
         prompt_ids, completion_ids, logprobs, _ = self.engine.generate(prompts, None, 1)
+        # server mode gathers every process's prompts and hands back slices by process index, which
+        # silently misaligns if the processes' batches differ in size: never train on that
+        if len(prompt_ids) != len(prompts) or any(list(a) != b for a, b in zip(prompt_ids, prompts, strict=False)):
+            raise RuntimeError(
+                "the vLLM engine returned completions for other prompts than this process sent; with "
+                "generation='vllm-server' every process must send batches of the same size"
+            )
         return actions_from_generation(
             prompt_ids,
             completion_ids,
