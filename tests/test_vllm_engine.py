@@ -91,7 +91,7 @@ def test_arguments_bind_to_trl_vllm_generation_and_vllm_is_required(tmp_path, ti
 
     _, model, tokenizer = tiny
     for generation in ("vllm-colocate", "vllm-server"):
-        config = _config(tmp_path, generation=generation, vllm_gpu_memory_utilization=0.25)
+        config = _config(tmp_path, generation=generation, vllm_gpu_memory_utilization=0.25, vllm_max_model_length=9000)
         kwargs = vllm_generation_kwargs(config, model, Accelerator(cpu=True), tokenizer)
         inspect.signature(VLLMGeneration).bind(**kwargs)
         engine = VLLMGeneration.__new__(VLLMGeneration)
@@ -101,8 +101,10 @@ def test_arguments_bind_to_trl_vllm_generation_and_vllm_is_required(tmp_path, ti
         assert engine.structured_outputs_regex is None and engine.logprobs == 0
         assert engine.max_completion_length == config.max_completion_tokens == 16
         assert engine.gpu_memory_utilization == 0.25 and engine.temperature == config.temperature
-        assert engine.max_model_length == config.max_prompt_tokens + config.max_completion_tokens
+        assert engine.max_model_length == 9000
         assert (engine.server_base_url == config.vllm_server_url) == (generation == "vllm-server")
+    default = vllm_generation_kwargs(_config(tmp_path), model, Accelerator(cpu=True), tokenizer)["max_model_length"]
+    assert default == 4096 + 16  # cpu-smoke: max_prompt_tokens + max_completion_tokens
     inspect.signature(VLLMGeneration.generate).bind(engine, [[1, 2]], None, 1)  # how VLLMRolloutPolicy calls it
 
 
@@ -120,8 +122,8 @@ def test_trainer_without_vllm_names_the_install(tmp_path):
 @pytest.mark.parametrize(
     ("field", "value"),
     [("vllm_gpu_memory_utilization", 0.0), ("vllm_gpu_memory_utilization", 1.5), ("vllm_tensor_parallel_size", 0),
-     ("vllm_group_port", 70000), ("vllm_server_timeout", 0), ("vllm_server_url", "localhost:8000"),
-     ("generation", "vllm")],
+     ("vllm_group_port", 70000), ("vllm_max_model_length", 1), ("vllm_server_timeout", 0),
+     ("vllm_server_url", "localhost:8000"), ("generation", "vllm")],
 )  # fmt: skip
 def test_bad_vllm_settings_name_the_field(tmp_path, field, value):
     with pytest.raises(ValueError, match=field):
@@ -182,6 +184,20 @@ class SeparateWeightsEngine:
             trained = dict(self.model.named_parameters())
             for name, param in self.copy.named_parameters():
                 param.copy_(trained[name])
+
+
+def test_prompts_longer_than_the_engine_context_forfeit_alone(tmp_path, tiny):
+    _, model, tokenizer = tiny
+    engine = SeparateWeightsEngine(_config(tmp_path), model, None, tokenizer, None)
+    encoder = HFPolicy(model, tokenizer)
+    short, long = {"stage": 0, "prompt": "a b"}, {"stage": 0, "prompt": "word " * 200}
+    engine.max_model_length = len(encoder.encode(long))  # no room left for a single new token
+    policy = VLLMRolloutPolicy(engine, encoder)
+    actions = policy.act([short, long, short])
+    assert engine.calls == [(3, None)]  # the batch keeps its size (server mode slices by it)
+    assert actions[1].error and "no room" in actions[1].error and actions[1].text == ""
+    assert all(a.error is None and a.completion_token_ids for a in (actions[0], actions[2]))
+    assert policy.stats == {"calls": 1, "too_long": 1}
 
 
 @pytest.mark.slow

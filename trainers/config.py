@@ -72,6 +72,10 @@ class SpyRLConfig:
         0.3, "GPU memory fraction a colocated vLLM engine may take; the rest trains (vllm-colocate)."
     )
     vllm_tensor_parallel_size: int = _f(1, "Tensor-parallel size of each colocated engine; divides the world size.")
+    vllm_max_model_length: int | None = _f(
+        None,
+        "Context window of the vLLM engine (None: max_prompt_tokens + max_completion_tokens); longer prompts forfeit.",
+    )
     vllm_enable_sleep_mode: bool = _f(
         False, "Put the colocated engine to sleep (weights and KV cache freed) outside rollouts (vllm-colocate)."
     )
@@ -200,6 +204,10 @@ class SpyRLConfig:
             raise bad("vllm_tensor_parallel_size", "an integer >= 1")
         if not isinstance(self.vllm_group_port, int) or not 0 < self.vllm_group_port < 65536:
             raise bad("vllm_group_port", "a port number in [1, 65535]")
+        if self.vllm_max_model_length is not None and (
+            not isinstance(self.vllm_max_model_length, int) or self.vllm_max_model_length < 2
+        ):
+            raise bad("vllm_max_model_length", "None or an integer >= 2")
         if not self.vllm_server_timeout > 0:
             raise bad("vllm_server_timeout", "a number of seconds > 0")
         if not str(self.vllm_server_url).startswith(("http://", "https://")):

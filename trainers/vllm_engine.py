@@ -107,6 +107,7 @@ class VLLMRolloutPolicy:
         self.constrained_votes = constrained_votes
         self.name = name
         self.syncs = 0
+        self.stats = {"calls": 0, "too_long": 0}
 
     @property
     def sampling(self):
@@ -118,16 +119,23 @@ class VLLMRolloutPolicy:
 
     def act(self, observations: Sequence[Observation]) -> list[Action]:
         prompts = [self.encoder.encode(obs) for obs in observations]
+        # vLLM rejects a whole batch if one prompt leaves no room in its context window; such a
+        # prompt is sent as a one-token stand-in (batch sizes must not change: see below) and its
+        # seat forfeits, counted in ``stats["too_long"]``
+        limit = getattr(self.engine, "max_model_length", None)
+        too_long = {i for i, p in enumerate(prompts) if limit is not None and len(p) >= limit}
+        sent = [p[:1] if i in too_long else p for i, p in enumerate(prompts)]
         self.engine.structured_outputs_regex = vote_regex(observations) if self.constrained_votes else None
-        prompt_ids, completion_ids, logprobs, _ = self.engine.generate(prompts, None, 1)
+        prompt_ids, completion_ids, logprobs, _ = self.engine.generate(sent, None, 1)
+        self.stats["calls"] += 1
         # server mode gathers every process's prompts and hands back slices by process index, which
         # silently misaligns if the processes' batches differ in size: never train on that
-        if len(prompt_ids) != len(prompts) or any(list(a) != b for a, b in zip(prompt_ids, prompts, strict=False)):
+        if len(prompt_ids) != len(sent) or any(list(a) != b for a, b in zip(prompt_ids, sent, strict=False)):
             raise RuntimeError(
                 "the vLLM engine returned completions for other prompts than this process sent; with "
                 "generation='vllm-server' every process must send batches of the same size"
             )
-        return actions_from_generation(
+        actions = actions_from_generation(
             prompt_ids,
             completion_ids,
             logprobs,
@@ -135,6 +143,13 @@ class VLLMRolloutPolicy:
             set(self.encoder.eos_ids),
             self.engine.max_completion_length,
         )
+        for i in too_long:
+            self.stats["too_long"] += 1
+            actions[i] = Action.forfeit(
+                f"prompt of {len(prompts[i])} tokens leaves no room in the engine's context of {limit} "
+                "(raise vllm_max_model_length)"
+            )
+        return actions
 
     def sync(self) -> None:
         """Push the current training weights to the engine (a collective: every process calls it)."""
@@ -155,7 +170,7 @@ def vllm_generation_kwargs(config: Any, model: Any, accelerator: Any, tokenizer:
         "group_port": config.vllm_group_port,
         "tensor_parallel_size": config.vllm_tensor_parallel_size,
         "gpu_memory_utilization": config.vllm_gpu_memory_utilization,
-        "max_model_length": config.max_prompt_tokens + config.max_completion_tokens,
+        "max_model_length": config.vllm_max_model_length or config.max_prompt_tokens + config.max_completion_tokens,
         "enable_sleep_mode": config.vllm_enable_sleep_mode,
         "temperature": config.temperature,
         "top_p": config.top_p,
