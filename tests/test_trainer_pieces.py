@@ -270,3 +270,19 @@ def test_selective_logps_equal_a_full_log_softmax(dtype):
     (grad,) = torch.autograd.grad((logps * torch.arange(5.0)).sum(), logits)
     (expected_grad,) = torch.autograd.grad((expected * torch.arange(5.0)).sum(), logits)
     torch.testing.assert_close(grad, expected_grad, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"), [("multi_gpu", "MULTI_GPU"), ("fsdp", "FSDP"), ("zero3", "DEEPSPEED")]
+)  # fmt: skip
+def test_shipped_accelerate_configs_load(name, kind):
+    from pathlib import Path
+
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    config = load_config_from_file(str(Path(__file__).parents[1] / "examples" / "accelerate" / f"{name}.yaml"))
+    assert config.distributed_type == kind and config.num_processes >= 2 and config.mixed_precision == "bf16"
+    if kind == "DEEPSPEED":  # the trainer marks accumulation boundaries and the engine clips
+        assert config.deepspeed_config["zero_stage"] == 3
+        assert config.deepspeed_config["gradient_accumulation_steps"] == 1
+        assert config.deepspeed_config["gradient_clipping"] == SpyRLConfig().max_grad_norm

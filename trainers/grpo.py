@@ -27,6 +27,7 @@ resumed run identical to an uninterrupted one.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -58,6 +59,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["SpyRLTrainer", "load_policy_model", "sequence_logps"]
 
 STATE_FILE = "trainer_state.pt"
+_DDP = ("MULTI_GPU", "MULTI_CPU", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU", "MULTI_HPU")  # no_sync is safe there
 
 
 def _seed_for(seed: int, iteration: int, stream: int, rank: int = 0) -> int:
@@ -414,6 +416,34 @@ class SpyRLTrainer:
         return rows, stats
 
     # -------------------------------------------------------------- updates
+    def _micro_step(self, micro, rows, prompts, completions, old, ref, level, items, accumulation) -> dict:
+        """Forward and backward of one micro-batch; returns its statistics."""
+        c = self.config
+        logps, mask, entropy = sequence_logps(
+            self.model, [prompts[i] for i in micro], [completions[i] for i in micro],
+            self.pad_id, c.temperature, with_entropy=True,
+        )  # fmt: skip
+        width = logps.shape[1]
+        old_mb = torch.stack([_pad(old[i], width) if i in old else logps[k].detach() for k, i in enumerate(micro)])
+        ref_mb = torch.stack([_pad(ref[i], width) for i in micro]) if c.beta else None
+        advantages = torch.tensor([rows[i]["advantage"] for i in micro], dtype=logps.dtype)
+        out = clipped_policy_loss(
+            logps, old_mb, advantages, mask,
+            ref_logps=ref_mb, level=level, loss_type=c.loss_type,
+            epsilon_low=c.epsilon, epsilon_high=c.epsilon_upper, beta=c.beta,
+            kl_bias_correction=c.kl_bias_correction, max_completion_length=c.max_completion_tokens,
+            num_items_in_batch=items, accumulation_steps=accumulation,
+        )  # fmt: skip
+        self.accelerator.backward(out.loss)
+        return {
+            "tokens": int(mask.sum().item()),
+            "loss": out.policy_loss,
+            "kl": out.kl,
+            "clip_fraction": out.clip_fraction,
+            "ratio": out.ratio_mean,
+            "entropy": float((entropy * mask).sum() / mask.sum().clamp(min=1)),
+        }
+
     def update(self, rows: list[dict], stage: str) -> dict[str, float]:
         c = self.config
         level = c.perform_ratio_level if stage == PERFORM else c.detect_ratio_level
@@ -455,35 +485,23 @@ class SpyRLTrainer:
                 mini = order[mb_start : mb_start + c.mini_batch_size]
                 micros = [mini[i : i + c.micro_batch_size] for i in range(0, len(mini), c.micro_batch_size)]
                 items = sum(len(completions[i]) for i in mini)
-                for micro in micros:
-                    logps, mask, entropy = sequence_logps(
-                        self.model, [prompts[i] for i in micro], [completions[i] for i in micro],
-                        self.pad_id, c.temperature, with_entropy=True,
-                    )  # fmt: skip
-                    width = logps.shape[1]
-                    old_mb = torch.stack(
-                        [_pad(old[i], width) if i in old else logps[k].detach() for k, i in enumerate(micro)]
-                    )
-                    ref_mb = torch.stack([_pad(ref[i], width) for i in micro]) if c.beta else None
-                    advantages = torch.tensor([rows[i]["advantage"] for i in micro], dtype=logps.dtype)
-                    out = clipped_policy_loss(
-                        logps, old_mb, advantages, mask,
-                        ref_logps=ref_mb, level=level, loss_type=c.loss_type,
-                        epsilon_low=c.epsilon, epsilon_high=c.epsilon_upper, beta=c.beta,
-                        kl_bias_correction=c.kl_bias_correction, max_completion_length=c.max_completion_tokens,
-                        num_items_in_batch=items, accumulation_steps=len(micros),
-                    )  # fmt: skip
-                    self.accelerator.backward(out.loss)
+                for k, micro in enumerate(micros):
+                    # Gradients accumulate over the mini-batch's micro-batches: DeepSpeed steps only at
+                    # the boundary (accelerate reads sync_gradients), DDP all-reduces only there.
+                    boundary = k == len(micros) - 1
+                    self.accelerator.sync_gradients = boundary
+                    with contextlib.ExitStack() as stack:
+                        if not boundary and self.accelerator.distributed_type in _DDP:
+                            stack.enter_context(self.accelerator.no_sync(self.model))
+                        stats = self._micro_step(micro, rows, prompts, completions, old, ref, level, items, len(micros))
                     micro_steps += 1
-                    tokens += int(mask.sum().item())
-                    totals["loss"] += out.policy_loss
-                    totals["kl"] += out.kl
-                    totals["clip_fraction"] += out.clip_fraction
-                    totals["ratio"] += out.ratio_mean
-                    totals["entropy"] += float((entropy * mask).sum() / mask.sum().clamp(min=1))
-                if c.max_grad_norm:
+                    tokens += stats.pop("tokens")
+                    for key, value in stats.items():
+                        totals[key] += value
+                if c.max_grad_norm:  # under DeepSpeed the engine clips (gradient_clipping) and reports the norm
                     grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
-                    totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(grad_norm)
+                    if grad_norm is not None:
+                        totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(grad_norm)
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
                 optimizer_steps += 1
