@@ -180,20 +180,42 @@ def test_lora_trains_only_adapters_and_resumes(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_processes_with_ddp_on_cpu(tmp_path):
+def test_two_processes_with_ddp_on_cpu_and_resume(tmp_path):
     """`torchrun --nproc_per_node 2`: accelerate's DDP (gloo) keeps replicas identical, games and
-    stage decisions are global, each rank saves its own buffer, rank 0 writes checkpoints."""
-    out = tmp_path / "ddp"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "spyrl", "train",
-           "--preset", "cpu-smoke", "--output-dir", str(out), "--set", "iterations=3", "--set", "progress=false"]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows = read_metrics(out)
+    stage decisions are global, each rank saves its own buffer, rank 0 writes checkpoints; a run
+    stopped after 2 iterations and resumed (accelerate's save_state/load_state) ends like a
+    straight 3-iteration run."""
+    from safetensors.torch import load_file
+
+    def launch(out, *extra):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "spyrl", "train",
+               "--preset", "cpu-smoke", "--output-dir", str(out), "--set", "progress=false",
+               "--set", "checkpoint_every=1", *extra]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    launch(straight, "--set", "iterations=3")
+    rows = read_metrics(straight)
     assert [r["iteration"] for r in rows] == [1, 2, 3]
     assert all(r["dist/num_processes"] == 2 and r["env/games"] == 32 for r in rows)
     assert all(r["dist/param_sync_error"] == 0.0 for r in rows)
-    assert len(list((out / "buffers").glob("iter_00000.rank*.parquet"))) == 2
-    assert (out / "checkpoints" / "latest").read_text() == "iter_00003"
+    assert len(list((straight / "buffers").glob("iter_00000.rank*.parquet"))) == 2
+    assert (straight / "checkpoints" / "latest").read_text() == "iter_00003"
+    assert (straight / "checkpoints" / "iter_00003" / "accelerate").is_dir()
+
+    launch(resumed, "--set", "iterations=2")
+    launch(resumed, "--set", "iterations=3", "--resume", "latest")
+    final = [
+        load_file(str(out / "checkpoints" / "iter_00003" / "model" / "model.safetensors"))
+        for out in (straight, resumed)
+    ]
+    assert final[0].keys() == final[1].keys()
+    for name in final[0]:
+        assert torch.equal(final[0][name], final[1][name]), name
+    strip = [[{k: v for k, v in r.items() if not k.startswith(TIMING_KEYS)} for r in read_metrics(out)]
+             for out in (straight, resumed)]  # fmt: skip
+    assert strip[0] == strip[1]
 
 
 def _smoke(tmp_path, name, **overrides):

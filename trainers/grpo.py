@@ -559,6 +559,7 @@ class SpyRLTrainer:
         }
         if self.distributed:
             metrics["dist/num_processes"] = self.accelerator.num_processes
+        if self.accelerator.distributed_type in _DDP:
             with torch.no_grad():  # replicas must stay identical: a cheap fingerprint, gathered
                 fingerprint = sum(p.double().sum() for p in self.unwrapped.parameters())
             spread = self.accelerator.gather(fingerprint.reshape(1).to(self.accelerator.device))
@@ -607,21 +608,29 @@ class SpyRLTrainer:
         """Everything needed to resume exactly, written atomically to ``checkpoints/iter_K``."""
         root = self.output_dir / "checkpoints"
         target = root / f"iter_{self.iteration:05d}"
-        # Collective under FSDP / ZeRO-3 (full weights gathered), a plain state_dict otherwise.
-        state_dict = self.accelerator.get_state_dict(self.model) if self.distributed else None
+        main = self.accelerator.is_main_process
+        # one staging folder for every process (they all write into it), renamed into place at the end
+        tmp = root / f".tmp_iter_{self.iteration:05d}{'' if self.distributed else f'_{os.getpid()}'}"
+        if main:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        state_dict = None
         if self.distributed:
             self.accelerator.wait_for_everyone()
-            if not self.accelerator.is_main_process:  # the main process writes; the others wait
+            # Collective. Model and optimizer as accelerate saves them for DDP, FSDP (shards) or
+            # DeepSpeed (engine checkpoint), plus every process's RNG states; and the full weights
+            # gathered once more for a plain Hugging Face folder.
+            self.accelerator.save_state(str(tmp / "accelerate"))
+            state_dict = self.accelerator.get_state_dict(self.model)
+            self.accelerator.wait_for_everyone()
+            if not main:  # the main process writes the rest; the others wait
                 self.accelerator.wait_for_everyone()
                 return target
-        tmp = root / f".tmp_iter_{self.iteration:05d}_{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
         self.unwrapped.save_pretrained(tmp / "model", state_dict=state_dict)
         self.tokenizer.save_pretrained(tmp / "model")
         state = {
             "iteration": self.iteration,
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": None if self.distributed else self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "controller": self.controller.state_dict(),
             "rae": self.rae.state_dict(),
@@ -650,7 +659,13 @@ class SpyRLTrainer:
             path = str(root / (root / "latest").read_text().strip())
         checkpoint = Path(path)
         state = torch.load(checkpoint / STATE_FILE, weights_only=False)
-        if self.config.lora_r:
+        if self.distributed:
+            if not (checkpoint / "accelerate").is_dir():
+                raise ValueError(f"{checkpoint} was written by a single process; resume it with one process")
+            self.accelerator.load_state(str(checkpoint / "accelerate"))  # model, optimizer, per-process RNG
+        elif state["optimizer"] is None:
+            raise ValueError(f"{checkpoint} was written by several processes; resume it under the same launcher")
+        elif self.config.lora_r:
             from peft import set_peft_model_state_dict
             from safetensors.torch import load_file
 
@@ -664,15 +679,16 @@ class SpyRLTrainer:
                 checkpoint / "model", dtype=next(self.model.parameters()).dtype
             )
             self.unwrapped.load_state_dict(loaded.state_dict())
-        self.optimizer.load_state_dict(state["optimizer"])
+        if not self.distributed:
+            self.optimizer.load_state_dict(state["optimizer"])
+            random.setstate(state["rng"]["python"])
+            np.random.set_state(state["rng"]["numpy"])
+            torch.set_rng_state(state["rng"]["torch"])
+            if state["rng"]["cuda"] is not None and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(state["rng"]["cuda"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.controller.load_state_dict(state["controller"])
         self.rae.load_state_dict(state["rae"])
-        random.setstate(state["rng"]["python"])
-        np.random.set_state(state["rng"]["numpy"])
-        torch.set_rng_state(state["rng"]["torch"])
-        if state["rng"]["cuda"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
         self.iteration = int(state["iteration"])
         self.sinks.truncate(int(state["metrics_rows"]))
         logger.info("resumed from %s at iteration %d", checkpoint, self.iteration)
