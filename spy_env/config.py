@@ -10,7 +10,21 @@ from typing import Any
 from spy_env.degrade import DEGRADERS
 from spy_env.prompts import TASKS, validate_templates
 
-__all__ = ["GameConfig"]
+__all__ = ["GameConfig", "coerce_float"]
+
+
+def coerce_float(value: Any) -> Any:
+    """YAML 1.1 reads ``1e-6`` (no dot) as a string; a float field takes it as the number it is.
+
+    >>> coerce_float("2e-6"), coerce_float("fast"), coerce_float(3)
+    (2e-06, 'fast', 3)
+    """
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value  # validation names the field
+    return value
 
 
 @dataclass(frozen=True)
@@ -153,11 +167,11 @@ class GameConfig:
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> GameConfig:
         """Build from a mapping, rejecting unknown keys with the list of known ones."""
-        known = {f.name for f in fields(cls)}
-        unknown = set(values) - known
+        types = {f.name: str(f.type) for f in fields(cls)}
+        unknown = set(values) - set(types)
         if unknown:
-            raise ValueError(f"GameConfig: unknown fields {sorted(unknown)}; known: {sorted(known)}")
-        return cls(**values)
+            raise ValueError(f"GameConfig: unknown fields {sorted(unknown)}; known: {sorted(types)}")
+        return cls(**{k: coerce_float(v) if "float" in types[k] else v for k, v in values.items()})
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -269,6 +269,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.output_dir:
         args.set.append(f"output_dir={args.output_dir}")
     config = config.with_overrides(args.set)
+    if args.print_config:
+        print(config.to_yaml(), end="")
+        return 0
     from trainers.grpo import SpyRLTrainer
     from trainers.plot import plot_run
 
@@ -385,6 +388,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--output-dir", default=None)
     p.add_argument("--resume", default=None, help="'latest' or a checkpoint folder")
+    p.add_argument(
+        "--print-config", action="store_true", help="print the resolved configuration as YAML (every field) and exit"
+    )
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("plot", help="draw a run's training curves (PNG)")

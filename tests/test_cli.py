@@ -138,3 +138,17 @@ def test_gpu_examples_compile():
 
     for script in ("vllm_games.py", "openai_server_games.py"):
         py_compile.compile(str(ROOT / "examples" / script), doraise=True)
+
+
+def test_train_print_config_round_trips(tmp_path):
+    from trainers import SpyRLConfig
+
+    out = spyrl("train", "--preset", "qwen3-4b-paper", "--set", "learning_rate=2e-6", "--set", "game.n_players=6",
+                "--set", "generation=vllm-server", "--print-config")  # fmt: skip
+    assert "# KL coefficient" in out and "generation: vllm-server" in out
+    path = tmp_path / "run.yaml"
+    path.write_text(out)
+    expected = SpyRLConfig.preset(
+        "qwen3-4b-paper", learning_rate=2e-6, generation="vllm-server", game={"n_players": 6}
+    )  # fmt: skip
+    assert SpyRLConfig.from_yaml(path) == expected

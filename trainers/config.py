@@ -23,6 +23,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from spy_env.config import coerce_float
+
 __all__ = ["PRESETS", "SpyRLConfig"]
 
 LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo")
@@ -232,13 +234,23 @@ class SpyRLConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def to_yaml(self) -> str:
+        """Every field with its help as a comment; ``from_yaml`` reads it back to an equal config."""
+        import yaml
+
+        lines = []
+        for f in fields(self):
+            lines.append(f"# {f.metadata['help']}")
+            lines.append(yaml.safe_dump({f.name: getattr(self, f.name)}, sort_keys=False, allow_unicode=True).rstrip())
+        return "\n".join(lines) + "\n"
+
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> SpyRLConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = set(values) - known
+        types = {f.name: str(f.type) for f in fields(cls)}
+        unknown = set(values) - set(types)
         if unknown:
             raise ValueError(f"SpyRLConfig: unknown fields {sorted(unknown)}")
-        return cls(**values)
+        return cls(**{k: coerce_float(v) if "float" in types[k] else v for k, v in values.items()})
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> SpyRLConfig:
