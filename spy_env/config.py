@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -10,21 +11,19 @@ from typing import Any
 from spy_env.degrade import DEGRADERS
 from spy_env.prompts import TASKS, validate_templates
 
-__all__ = ["GameConfig", "coerce_float"]
+__all__ = ["GameConfig", "coerce_floats"]
 
 
-def coerce_float(value: Any) -> Any:
-    """YAML 1.1 reads ``1e-6`` (no dot) as a string; a float field takes it as the number it is.
-
-    >>> coerce_float("2e-6"), coerce_float("fast"), coerce_float(3)
-    (2e-06, 'fast', 3)
-    """
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value  # validation names the field
-    return value
+def coerce_floats(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with strings in ``cls``'s float fields read as numbers (YAML 1.1 reads ``1e-6``,
+    without a dot, as a string); anything else is left for validation to name."""
+    floats = {f.name for f in fields(cls) if "float" in str(f.type)}
+    out = dict(values)
+    for name in floats & set(out):
+        if isinstance(out[name], str):
+            with contextlib.suppress(ValueError):  # not a number: validation names the field
+                out[name] = float(out[name])
+    return out
 
 
 @dataclass(frozen=True)
@@ -167,11 +166,11 @@ class GameConfig:
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> GameConfig:
         """Build from a mapping, rejecting unknown keys with the list of known ones."""
-        types = {f.name: str(f.type) for f in fields(cls)}
-        unknown = set(values) - set(types)
+        known = {f.name for f in fields(cls)}
+        unknown = set(values) - known
         if unknown:
-            raise ValueError(f"GameConfig: unknown fields {sorted(unknown)}; known: {sorted(types)}")
-        return cls(**{k: coerce_float(v) if "float" in types[k] else v for k, v in values.items()})
+            raise ValueError(f"GameConfig: unknown fields {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**coerce_floats(cls, values))
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -61,3 +61,14 @@ def test_other_tasks_do_not_require_boxed(task):
     env.reset(seed=0)
     _, _, _, _, infos = env.step(dict.fromkeys(env.agents, "A faithful summary."))
     assert all("no_answer" not in infos[a]["violations"] for a in infos)
+
+
+def test_float_fields_read_yaml_exponent_strings_as_numbers():
+    from spy_env.config import coerce_floats
+
+    assert coerce_floats(GameConfig, {"beta": "2e-1", "degrade": "blank", "lam": "fast"}) == {
+        "beta": 0.2, "degrade": "blank", "lam": "fast",
+    }  # fmt: skip
+    assert GameConfig.from_dict({"beta": "2e-1"}).beta == 0.2
+    with pytest.raises(ValueError, match="lam"):
+        GameConfig.from_dict({"lam": "fast"})

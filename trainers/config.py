@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from spy_env.config import coerce_float
+from spy_env.config import coerce_floats
 
 __all__ = ["PRESETS", "SpyRLConfig"]
 
@@ -246,11 +246,11 @@ class SpyRLConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> SpyRLConfig:
-        types = {f.name: str(f.type) for f in fields(cls)}
-        unknown = set(values) - set(types)
+        known = {f.name for f in fields(cls)}
+        unknown = set(values) - known
         if unknown:
             raise ValueError(f"SpyRLConfig: unknown fields {sorted(unknown)}")
-        return cls(**{k: coerce_float(v) if "float" in types[k] else v for k, v in values.items()})
+        return cls(**coerce_floats(cls, values))
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> SpyRLConfig:

@@ -261,12 +261,18 @@ class SpyRLTrainer:
         )
         self.model = get_peft_model(self.model, lora)
 
+    @property
+    def sharding(self) -> str | None:
+        """``"fsdp"`` or ``"zero3"`` when no process holds whole weights, else None."""
+        state = self.accelerator.state
+        if getattr(state, "fsdp_plugin", None) is not None:
+            return "fsdp"
+        ds = getattr(state, "deepspeed_plugin", None)
+        return "zero3" if ds is not None and ds.zero_stage == 3 else None
+
     def _check_sharding(self) -> None:
         """Under FSDP or ZeRO-3 no process holds whole weights, so hf generation cannot run there."""
-        state = self.accelerator.state
-        ds = getattr(state, "deepspeed_plugin", None)
-        sharded = getattr(state, "fsdp_plugin", None) is not None or (ds is not None and ds.zero_stage == 3)
-        if not sharded:
+        if self.sharding is None:
             return
         if self.config.generation == "hf":
             raise ValueError(
@@ -293,8 +299,7 @@ class SpyRLTrainer:
                 f"on several processes, got {self.game_config.rounds}"
             )
         # FSDP weights are gathered from the wrapped model; DDP, DeepSpeed and PEFT from the module itself
-        fsdp = getattr(self.accelerator.state, "fsdp_plugin", None) is not None
-        model = self.model if fsdp else self.unwrapped
+        model = self.model if self.sharding == "fsdp" else self.unwrapped
         engine = make_vllm_generation(c, model, self.accelerator, self.tokenizer, self.model_path)
         return VLLMRolloutPolicy(engine, encoder, constrained_votes=c.constrained_votes, name="policy")
 

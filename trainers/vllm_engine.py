@@ -106,7 +106,6 @@ class VLLMRolloutPolicy:
         self.encoder = encoder
         self.constrained_votes = constrained_votes
         self.name = name
-        self.syncs = 0
         self.stats = {"calls": 0, "too_long": 0}
 
     @property
@@ -154,7 +153,6 @@ class VLLMRolloutPolicy:
     def sync(self) -> None:
         """Push the current training weights to the engine (a collective: every process calls it)."""
         self.engine.sync_weights()
-        self.syncs += 1
 
 
 def vllm_generation_kwargs(config: Any, model: Any, accelerator: Any, tokenizer: Any) -> dict[str, Any]:
