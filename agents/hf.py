@@ -14,7 +14,9 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from agents.decoding import ANSWER_MODES, VOTE_MODES, AnswerProgram, DecodeProgram, VoteProgram, vote_choices
 from agents.sampling import SamplingParams
+from spy_env.parsing import last_boxed
 from spy_env.policy import Action, Observation, chat_messages
 
 logger = logging.getLogger(__name__)
@@ -85,27 +87,49 @@ class _SampledLogprobs:
         return torch.stack(self.columns, dim=1)
 
 
-class _Constrain:
-    """Logits processor that allows only the planned token ids at each step of a row."""
+class _RunPrograms:
+    """Logits processor that runs each row's :class:`~agents.decoding.DecodeProgram`.
 
-    def __init__(self, plans: Sequence[list[list[int]] | None], prompt_width: int) -> None:
-        self.plans = plans
+    At step t it first feeds every program the token sampled at step t-1, then applies each
+    row's constraint: the only allowed ids, or free sampling with some ids banned. It runs after
+    the log-prob recorder (which must see the raw logits) and before temperature/top-p.
+    """
+
+    def __init__(self, programs: Sequence[DecodeProgram | None], prompt_width: int) -> None:
+        self.programs = programs
         self.width = prompt_width
 
     def __call__(self, input_ids, scores):
+        torch = _torch()
         step = input_ids.shape[1] - self.width
-        for row, plan in enumerate(self.plans):
-            if plan is None:
+        for row, program in enumerate(self.programs):
+            if program is None or program.done:
                 continue
-            allowed = plan[min(step, len(plan) - 1)]
-            keep = scores[row, allowed].clone()
-            scores[row] = float("-inf")
-            scores[row, allowed] = keep
+            if step > len(program.tokens):
+                program.advance(int(input_ids[row, -1]))
+            if program.done:
+                continue
+            only, banned = program.plan()
+            if isinstance(program, VoteProgram) and program.at_choice():
+                raw = torch.log_softmax(scores[row].float(), dim=-1)
+                program.choice_logprobs = {k: float(raw[t]) for k, t in program.first_tokens().items()}
+            if only is not None:
+                keep = scores[row, only].clone()
+                scores[row] = float("-inf")
+                scores[row, only] = keep
+            elif banned:
+                scores[row, sorted(banned)] = float("-inf")
         return scores
 
 
 class HFPolicy:
-    """A transformers model as a batched policy."""
+    """A transformers model as a batched policy.
+
+    ``vote_mode``, ``think_tokens``, ``abstain``, ``answer`` and ``answer_tokens`` shape replies
+    while they are decoded (see :mod:`agents.decoding`); actions then carry
+    ``completion_mask`` (1 for the tokens the model chose, 0 for forced ones) and, for votes,
+    ``vote_distribution`` (the model's probability of each choice at the choice step).
+    """
 
     def __init__(
         self,
@@ -116,17 +140,33 @@ class HFPolicy:
         name: str = "hf",
         batch_size: int = 16,
         chat_template_kwargs: dict[str, Any] | None = None,
-        constrained_votes: bool = False,
+        vote_mode: str = "free",
+        think_tokens: int = 32,
+        abstain: bool = True,
+        answer: str = "free",
+        answer_tokens: int = 12,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if vote_mode not in VOTE_MODES:
+            raise ValueError(f"vote_mode must be one of {VOTE_MODES}, got {vote_mode!r}")
+        if answer not in ANSWER_MODES:
+            raise ValueError(f"answer must be one of {ANSWER_MODES}, got {answer!r}")
+        for field, value, low in (("think_tokens", think_tokens, 1), ("answer_tokens", answer_tokens, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{field} must be an integer >= {low}, got {value!r}")
         self.model = model
         self.tokenizer = tokenizer
         self.sampling = sampling or SamplingParams()
         self.name = name
         self.batch_size = batch_size
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        self.constrained_votes = constrained_votes
+        self.vote_mode = vote_mode
+        self.think_tokens = think_tokens
+        self.abstain = abstain
+        self.answer = answer
+        self.answer_tokens = answer_tokens
+        self._closing: frozenset[int] | None = None
         self._calls = 0
         eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
@@ -143,7 +183,11 @@ class HFPolicy:
         sampling: SamplingParams | None = None,
         name: str | None = None,
         batch_size: int = 16,
-        constrained_votes: bool = False,
+        vote_mode: str = "free",
+        think_tokens: int = 32,
+        abstain: bool = True,
+        answer: str = "free",
+        answer_tokens: int = 12,
         **model_kwargs: Any,
     ) -> HFPolicy:
         """Load a model and tokenizer by hub id or local folder (``gguf_file`` for GGUF weights)."""
@@ -163,30 +207,67 @@ class HFPolicy:
             sampling=sampling,
             name=name or f"hf:{path}",
             batch_size=batch_size,
-            constrained_votes=constrained_votes,
+            vote_mode=vote_mode,
+            think_tokens=think_tokens,
+            abstain=abstain,
+            answer=answer,
+            answer_tokens=answer_tokens,
         )
 
     # ------------------------------------------------------------------ policy
     def act(self, observations: Sequence[Observation]) -> list[Action]:
-        plans = [self.vote_plan(obs) for obs in observations] if self.constrained_votes else None
-        return self.generate([self.encode(obs) for obs in observations], plans)
+        return self.generate([self.encode(obs) for obs in observations], [self.program(obs) for obs in observations])
 
-    def vote_plan(self, observation: Observation) -> list[list[int]] | None:
-        """Allowed token ids per step for a constrained vote ``<vote>k</vote><eos>``, or None.
+    def _ids(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-        Only detection-stage observations are constrained, and only when every legal ``k``
-        is a single token; the sampled choice is then the token ``k`` among the legal seats.
-        """
-        if observation.get("stage") != 1:
-            return None
-        seats = [i for i, ok in enumerate(observation["vote_targets"]) if ok]
-        digits = [self.tokenizer.encode(str(s + 1), add_special_tokens=False) for s in seats]
-        if not seats or any(len(d) != 1 for d in digits):
-            return None
-        prefix = self.tokenizer.encode("<vote>", add_special_tokens=False)
-        suffix = self.tokenizer.encode("</vote>", add_special_tokens=False)
-        eos = sorted(self.eos_ids)[:1]
-        return [[t] for t in prefix] + [[d[0] for d in digits]] + [[t] for t in suffix] + [eos]
+    def _closing_ids(self) -> frozenset[int]:
+        """Token ids whose text starts (after blanks) with ``}``: they would leave a box empty."""
+        if self._closing is None:
+            vocab = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
+            candidates = [i for i, t in enumerate(vocab) if t and "}" in t]
+            self._closing = frozenset(
+                i for i in candidates if self.tokenizer.decode([i]).lstrip().startswith("}")
+            )
+        return self._closing
+
+    def program(self, observation: Observation) -> DecodeProgram | None:
+        """The decoding program of an observation's reply (None: free sampling)."""
+        eos = sorted(self.eos_ids)[0]
+        if observation.get("stage") == 1:
+            if self.vote_mode == "free":
+                return None
+            choices = {k: self._ids(k) for k in vote_choices(observation, self.abstain and self.vote_mode != "constrained")}
+            if not choices:
+                return None
+            thinking = self.vote_mode == "think-then-vote"
+            return VoteProgram(
+                self._ids("<vote>"),
+                choices,
+                self._ids("</vote>"),
+                eos,
+                think_tokens=self.think_tokens if thinking else 0,
+                lead=self._ids("\n") if thinking else (),
+            )
+        if self.answer == "boxed":
+            opener, closer = self._ids("\n\n\\boxed{"), self._ids("}")
+            budget = self.sampling.max_new_tokens - AnswerProgram.reserved(opener, closer, self.answer_tokens)
+            if budget < 1:
+                raise ValueError(
+                    f"max_new_tokens ({self.sampling.max_new_tokens}) leaves no room for a boxed answer "
+                    f"of {self.answer_tokens} tokens"
+                )
+            return AnswerProgram(
+                budget,
+                opener,
+                closer,
+                eos,
+                decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
+                has_answer=lambda text: last_boxed(text) is not None,
+                answer_tokens=self.answer_tokens,
+                closing_ids=self._closing_ids(),
+            )
+        return None
 
     def encode(self, observation: Observation) -> list[int]:
         """Prompt token ids of an observation, through the tokenizer's chat template."""
@@ -216,18 +297,18 @@ class HFPolicy:
     def generate(
         self,
         prompts: Sequence[Sequence[int]],
-        plans: Sequence[list[list[int]] | None] | None = None,
+        programs: Sequence[DecodeProgram | None] | None = None,
     ) -> list[Action]:
         """Generate one completion per prompt (token ids), in length-sorted chunks.
 
-        ``plans`` optionally constrains a prompt's completion: allowed token ids per step.
+        ``programs`` optionally shapes a prompt's completion (see :mod:`agents.decoding`).
         """
-        plans = plans or [None] * len(prompts)
+        programs = programs or [None] * len(prompts)
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         results: list[Action | None] = [None] * len(prompts)
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
-            batch = self._generate_batch([prompts[i] for i in chunk], [plans[i] for i in chunk])
+            batch = self._generate_batch([prompts[i] for i in chunk], [programs[i] for i in chunk])
             for i, action in zip(chunk, batch, strict=True):
                 results[i] = action
         return results  # type: ignore[return-value]
@@ -247,7 +328,7 @@ class HFPolicy:
         return GenerationConfig(**kwargs)
 
     def _generate_batch(
-        self, prompts: Sequence[Sequence[int]], plans: Sequence[list[list[int]] | None]
+        self, prompts: Sequence[Sequence[int]], programs: Sequence[DecodeProgram | None]
     ) -> list[Action]:
         torch = _torch()
         from transformers import LogitsProcessorList
@@ -264,8 +345,8 @@ class HFPolicy:
         self._calls += 1
         recorder = _SampledLogprobs()
         processors: list[Any] = [recorder]  # first: it must see the raw logits
-        if any(plan is not None for plan in plans):
-            processors.append(_Constrain(plans, width))
+        if any(program is not None for program in programs):
+            processors.append(_RunPrograms(programs, width))
         with torch.inference_mode():
             sequences = self.model.generate(
                 input_ids=input_ids.to(device),
@@ -276,10 +357,17 @@ class HFPolicy:
         completions = sequences[:, width:].cpu()
         logprobs = recorder.finish(sequences).cpu()
         actions = []
-        for row, prompt in enumerate(prompts):
+        for row, (prompt, program) in enumerate(zip(prompts, programs, strict=True)):
             tokens = completions[row].tolist()
             stop = next((i for i, t in enumerate(tokens) if t in self.eos_ids), None)
             kept = tokens if stop is None else tokens[: stop + 1]
+            mask = distribution = None
+            if program is not None:
+                for token in kept[len(program.tokens) :]:  # the last token never reached the processor
+                    program.advance(token)
+                mask = list(program.scored[: len(kept)])
+                if isinstance(program, VoteProgram):
+                    distribution = program.distribution()
             actions.append(
                 Action(
                     text=self.tokenizer.decode(kept, skip_special_tokens=True),
@@ -287,6 +375,8 @@ class HFPolicy:
                     completion_token_ids=kept,
                     logprobs=logprobs[row, : len(kept)].tolist(),
                     finish_reason="stop" if stop is not None else "length",
+                    completion_mask=mask,
+                    vote_distribution=distribution,
                 )
             )
         return actions

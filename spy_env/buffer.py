@@ -35,6 +35,8 @@ COLUMNS: dict[str, tuple[Any, Any]] = {
     "prompt_token_ids": (["int32"], []),
     "completion_token_ids": (["int32"], []),
     "logprobs": (["float32"], []),
+    "completion_mask": (["int8"], []),  # 1 = chosen by the model, 0 = forced; empty = all chosen
+    "vote_probs": (["float32"], []),  # P(vote for seat 1..n), then P(N/A); empty = unknown
     "finish_reason": ("string", ""),
     "error": ("string", ""),
     "violations": (["string"], []),

@@ -22,6 +22,11 @@ class Action:
 
     ``error`` is set when the policy failed to produce an answer (server down, timeout, crash);
     the game then receives ``text`` (usually empty) and records a forfeit.
+
+    ``completion_mask`` marks, per completion token, whether the model chose it (1) or decoding
+    forced it (0, e.g. the ``<vote>`` tags around a constrained choice); None means all chosen.
+    ``vote_distribution`` maps each vote choice (``"3"``, ``"N/A"``) to the model's probability
+    of it at the choice step, when the backend knows it.
     """
 
     text: str
@@ -30,6 +35,8 @@ class Action:
     logprobs: Sequence[float] | None = None
     finish_reason: str | None = None
     error: str | None = None
+    completion_mask: Sequence[int] | None = None
+    vote_distribution: Mapping[str, float] | None = None
 
     @classmethod
     def forfeit(cls, error: str) -> Action:

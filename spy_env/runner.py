@@ -204,6 +204,8 @@ class Runner:
             "prompt_token_ids": list(action.prompt_token_ids or []),
             "completion_token_ids": list(action.completion_token_ids or []),
             "logprobs": [float(x) for x in (action.logprobs or [])],
+            "completion_mask": [int(x) for x in (action.completion_mask or [])],
+            "vote_probs": _vote_probs(action.vote_distribution, self.config.n_players),
             "finish_reason": action.finish_reason or "",
             "error": action.error or "",
         }
@@ -253,6 +255,22 @@ def _call(policy: Policy, observations: list[Any]) -> list[Action]:
         logger.warning("%s", error)
         return [Action.forfeit(error)] * len(observations)
     return [_as_action(a) for a in out]
+
+
+def _vote_probs(distribution: Mapping[str, float] | None, n_players: int) -> list[float]:
+    """``{"2": 0.7, "N/A": 0.3}`` → ``[P(seat 1), …, P(seat n), P(N/A)]`` (empty when unknown).
+
+    >>> _vote_probs({"2": 0.75, "N/A": 0.25}, 3)
+    [0.0, 0.75, 0.0, 0.25]
+    """
+    if not distribution:
+        return []
+    probs = [0.0] * (n_players + 1)
+    for choice, p in distribution.items():
+        index = n_players if choice == "N/A" else int(choice) - 1
+        if 0 <= index <= n_players:
+            probs[index] = float(p)
+    return probs
 
 
 def _as_action(action: Any) -> Action:

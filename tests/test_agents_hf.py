@@ -113,21 +113,82 @@ def test_sampling_params_validation():
             SamplingParams(**bad)
 
 
-def test_constrained_votes_are_always_legal(tiny_model_dir):
+@pytest.mark.parametrize(
+    ("vote_mode", "abstain"), [("constrained", False), ("think-then-vote", False), ("think-then-vote", True)]
+)
+def test_forced_votes_are_always_valid_and_score_only_the_models_choices(tiny_model_dir, vote_mode, abstain):
     from spy_env.parsing import parse_vote
 
     policy = HFPolicy.from_pretrained(
         str(tiny_model_dir),
         device="cpu",
-        sampling=SamplingParams(max_new_tokens=20, seed=0),
-        constrained_votes=True,
+        sampling=SamplingParams(max_new_tokens=24, seed=0),
+        vote_mode=vote_mode,
+        think_tokens=6,
+        abstain=abstain,
     )
     obs = [o for o in observations(4) if o["stage"] == 1]
     actions = policy.act(obs)
+    thinks = vote_mode == "think-then-vote"
+    opener = (policy._ids("\n") if thinks else []) + policy._ids("<vote>")
     for o, action in zip(obs, actions, strict=True):
         vote = parse_vote(action.text, 3)
-        assert action.text == f"<vote>{vote.target + 1}</vote>"
-        assert o["vote_targets"][vote.target] == 1 and vote.target != o["seat"]
-        assert action.finish_reason == "stop"
-        ref = teacher_forced(policy.model, action.prompt_token_ids, action.completion_token_ids)
-        assert torch.allclose(torch.tensor(action.logprobs), ref, atol=1e-4)  # raw, unconstrained logprobs
+        assert vote.violation is None and action.finish_reason == "stop"
+        if vote.target is None:  # an abstention, only when offered
+            assert abstain and action.text.endswith("<vote>N/A</vote>")
+        else:
+            assert o["vote_targets"][vote.target] == 1 and vote.target != o["seat"]
+        if not thinks:
+            assert action.text == f"<vote>{vote.target + 1}</vote>"
+        ids, mask = list(action.completion_token_ids), list(action.completion_mask)
+        assert len(mask) == len(ids) == len(action.logprobs)
+        # scored: every thinking token and the choice; forced: the tags, the newline and EOS
+        choice_at = max(i for i, m in enumerate(mask) if m)
+        choice = "N/A" if vote.target is None else str(vote.target + 1)
+        assert ids[choice_at] == policy._ids(choice)[0]
+        thinking = choice_at - len(opener)
+        assert ids[thinking:choice_at] == opener or policy._ids("<vote>") == ids[choice_at - 3 : choice_at]
+        assert thinking <= (6 if thinks else 0) and mask[:thinking] == [1] * thinking
+        assert sum(mask) == thinking + 1
+        probs = action.vote_distribution
+        assert set(probs) == {str(s + 1) for s in range(3) if o["vote_targets"][s]} | ({"N/A"} if abstain else set())
+        assert abs(sum(probs.values()) - 1) < 1e-5
+        ref = teacher_forced(policy.model, action.prompt_token_ids, ids)
+        assert torch.allclose(torch.tensor(action.logprobs), ref, atol=1e-4)  # raw log-probs, forced tokens too
+        # the recorded distribution is the model's own at the choice step, renormalised over the choices
+        with torch.no_grad():
+            logits = policy.model(torch.tensor([list(action.prompt_token_ids) + ids[:choice_at]])).logits[0, -1]
+        logits = torch.log_softmax(logits.float(), -1)
+        firsts = {k: policy._ids(k)[0] for k in probs}
+        z = torch.logsumexp(torch.stack([logits[t] for t in firsts.values()]), 0)
+        for k, t in firsts.items():
+            assert abs(probs[k] - float(torch.exp(logits[t] - z))) < 1e-4
+
+
+def test_boxed_answers_end_every_performance(tiny_model_dir):
+    from spy_env.parsing import last_boxed
+
+    policy = HFPolicy.from_pretrained(
+        str(tiny_model_dir),
+        device="cpu",
+        sampling=SamplingParams(max_new_tokens=30, seed=3),
+        answer="boxed",
+        answer_tokens=5,
+    )
+    obs = [o for o in observations(4) if o["stage"] == 0]
+    free = HFPolicy(policy.model, policy.tokenizer, sampling=policy.sampling).act(obs)
+    actions = policy.act(obs)
+    assert sum(last_boxed(a.text) is None for a in free) > 0  # the tiny model does not box on its own
+    opener = policy._ids("\n\n\\boxed{")
+    for action in actions:
+        assert last_boxed(action.text) is not None, action.text
+        assert len(action.completion_token_ids) <= 30 and action.finish_reason == "stop"
+        ids, mask = list(action.completion_token_ids), list(action.completion_mask)
+        assert len(mask) == len(ids) == len(action.logprobs)
+        starts = [i for i in range(len(ids)) if ids[i : i + len(opener)] == opener]
+        if starts and mask[starts[-1]] == 0:  # forced: the opener is not scored, the body is
+            start = starts[-1]
+            assert mask[start : start + len(opener)] == [0] * len(opener) and all(mask[:start])
+        assert mask[-1] == 0 or last_boxed(policy.tokenizer.decode(ids[:-1])) is not None  # EOS forced, or chosen
+        ref = teacher_forced(policy.model, action.prompt_token_ids, ids)
+        assert torch.allclose(torch.tensor(action.logprobs), ref, atol=1e-4)

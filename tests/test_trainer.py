@@ -39,7 +39,7 @@ def test_cpu_smoke_preset_writes_checkpoints_metrics_and_curves(tmp_path):
     assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
     assert [r["stage"] for r in rows] == ["detect", "detect", "perform", "perform"]  # alternate, K_min = 2
     for key in ("env/detection_accuracy", "env/na_rate", "env/spy_caught_rate", "losses/kl", "losses/clip_fraction",
-                "losses/entropy", "perf/update_tokens_per_s", "lengths/completion_tokens", "env/violation_rate"):  # fmt: skip
+                "losses/entropy", "perf/update_tokens_per_s", "lengths/vote_completion_tokens", "env/violation_rate"):  # fmt: skip
         assert all(isinstance(r[key], (int, float)) for r in rows), key
     assert (out / "checkpoints" / "latest").read_text() == "iter_00004"
     assert (out / "checkpoints" / "iter_00002" / "trainer_state.pt").exists()
@@ -95,7 +95,7 @@ def toy_detection_config(out: Path, **overrides) -> SpyRLConfig:
         model=str(model), output_dir=str(out), device="cpu", dtype="float32",
         documents_per_iteration=16, games_per_document=4, replay_setup=True,
         mini_batch_size=64, micro_batch_size=32, learning_rate=3e-3, beta=0.0, iterations=60,
-        max_completion_tokens=12, generation_batch_size=192, constrained_votes=True, performer="heuristic",
+        max_completion_tokens=12, generation_batch_size=192, vote_mode="constrained", performer="heuristic",
         stage_schedule="detect", checkpoint_every=1000, keep_buffers=False,
         eval_games=100, eval_every=10, report_to=["jsonl"], progress=False,
         game={"n_players": 3, "degrade": "blank", "prompts": {"vote": "{performances}\nThe spy is Player"}},

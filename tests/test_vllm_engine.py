@@ -28,8 +28,9 @@ from trainers.vllm_engine import (  # noqa: E402
     VLLMRolloutPolicy,
     actions_from_generation,
     vllm_generation_kwargs,
-    vote_regex,
 )
+
+from agents.decoding import vote_regex  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -86,7 +86,18 @@ class SpyRLConfig:
     max_prompt_tokens: int = _f(12288, "Longer prompts are skipped for training and counted.")
     max_completion_tokens: int = _f(4096, "Completion budget (max new tokens).")
     generation_batch_size: int = _f(64, "hf backend generation batch size.")
-    constrained_votes: bool = _f(False, "Constrain detection-stage outputs to <vote>k</vote> (warm start).")
+    vote_mode: str = _f(
+        "free",
+        "How votes are decoded (hf): free; constrained (<vote>k</vote>, the model picks k: warm start); "
+        "think-then-vote (free reasoning up to think_tokens, then a forced <vote>k</vote>). Forced tokens are "
+        "recorded but never scored.",
+    )
+    think_tokens: int = _f(32, "Reasoning budget of think-then-vote votes, in tokens.")
+    vote_abstain: bool = _f(False, "Forced votes may also pick N/A (the game allows it); off: a seat is named.")
+    answer: str = _f(
+        "free", "How performances end (hf): free, or boxed (a \\boxed{} answer is forced when the budget runs out)."
+    )
+    answer_tokens: int = _f(12, "Tokens the model may write inside a forced \\boxed{} answer.")
     performer: str = _f(
         "self", "Who performs: self (self-play), or an agent spec (e.g. heuristic): trains the detector alone."
     )
@@ -97,7 +108,12 @@ class SpyRLConfig:
     weight_decay: float = _f(0.0, "AdamW weight decay.")
     warmup_iterations: int = _f(0, "Linear warm-up, in iterations.")
     max_grad_norm: float = _f(1.0, "Gradient clipping; 0 disables.")
-    mini_batch_size: int = _f(128, "Samples per optimizer step (PPO mini-batch).")
+    mini_batch_size: int = _f(128, "Samples per optimizer step (PPO mini-batch); see updates_per_iteration.")
+    updates_per_iteration: int = _f(
+        0,
+        "If > 0: split each iteration's samples into this many equal mini-batches (optimizer steps per epoch), "
+        "whatever their number, as verl's prompt-counted ppo_mini_batch_size does; 0: use mini_batch_size.",
+    )
     micro_batch_size: int = _f(8, "Samples per forward/backward; gradients accumulate to the mini-batch.")
     epochs: int = _f(1, "Passes over each iteration's samples (μ).")
     epsilon: float = _f(0.2, "Clip ε (lower).")
@@ -138,7 +154,7 @@ class SpyRLConfig:
         positive_ints = (
             "documents_per_iteration", "games_per_document", "iterations", "mini_batch_size", "micro_batch_size",
             "epochs", "max_prompt_tokens", "max_completion_tokens", "generation_batch_size", "k_min",
-            "checkpoint_every", "eval_every",
+            "checkpoint_every", "eval_every", "think_tokens", "answer_tokens",
         )  # fmt: skip
         for name in positive_ints:
             value = getattr(self, name)
@@ -179,6 +195,8 @@ class SpyRLConfig:
             "start_stage": ("detect", "perform"),
             "generation": GENERATION,
             "dtype": ("auto", "float32", "bfloat16", "float16"),
+            "vote_mode": ("free", "constrained", "think-then-vote"),
+            "answer": ("free", "boxed"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -187,6 +205,8 @@ class SpyRLConfig:
             raise bad("mini_batch_size", f"a multiple of micro_batch_size ({self.micro_batch_size})")
         if self.lora_r < 0:
             raise bad("lora_r", "an integer >= 0")
+        if not isinstance(self.updates_per_iteration, int) or self.updates_per_iteration < 0:
+            raise bad("updates_per_iteration", "an integer >= 0")
         sinks = {"jsonl", "console", "wandb", "trackio", "tensorboard"}
         if not isinstance(self.report_to, list) or not set(self.report_to) <= sinks:
             raise bad("report_to", f"a list drawn from {sorted(sinks)}")
@@ -341,7 +361,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "max_prompt_tokens": 4096,
         "max_completion_tokens": 16,
         "generation_batch_size": 48,
-        "constrained_votes": True,
+        "vote_mode": "constrained",
         "stage_schedule": "alternate",
         "k_min": 2,
         "checkpoint_every": 2,

@@ -34,7 +34,7 @@ import random
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,17 @@ _DDP = ("MULTI_GPU", "MULTI_CPU", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU", "MULTI_
 def _seed_for(seed: int, iteration: int, stream: int, rank: int = 0) -> int:
     entropy = [seed, iteration, stream] + ([rank] if rank else [])
     return int(np.random.SeedSequence(entropy).generate_state(1)[0])
+
+
+def decoding_options(config: SpyRLConfig) -> dict[str, Any]:
+    """The :class:`~agents.hf.HFPolicy` keyword arguments that shape replies while decoding."""
+    return {
+        "vote_mode": config.vote_mode,
+        "think_tokens": config.think_tokens,
+        "abstain": config.vote_abstain,
+        "answer": config.answer,
+        "answer_tokens": config.answer_tokens,
+    }
 
 
 def load_policy_model(config: SpyRLConfig) -> tuple[Any, Any, str]:
@@ -221,7 +232,7 @@ class SpyRLTrainer:
             ),
             name="policy",
             batch_size=config.generation_batch_size,
-            constrained_votes=config.constrained_votes,
+            **decoding_options(config),
         )
         if config.generation != "hf":
             self.policy = self._vllm_policy(self.policy)
@@ -301,7 +312,9 @@ class SpyRLTrainer:
         # FSDP weights are gathered from the wrapped model; DDP, DeepSpeed and PEFT from the module itself
         model = self.model if self.sharding == "fsdp" else self.unwrapped
         engine = make_vllm_generation(c, model, self.accelerator, self.tokenizer, self.model_path)
-        return VLLMRolloutPolicy(engine, encoder, constrained_votes=c.constrained_votes, name="policy")
+        return VLLMRolloutPolicy(
+            engine, encoder, vote_mode=c.vote_mode, think_tokens=c.think_tokens, abstain=c.vote_abstain, name="policy"
+        )
 
     def _reference_model(self) -> Any:
         if self.config.beta == 0:
@@ -357,7 +370,7 @@ class SpyRLTrainer:
             sampling=SamplingParams(temperature=0.0, max_new_tokens=self.config.max_completion_tokens),
             name="policy",
             batch_size=self.config.generation_batch_size,
-            constrained_votes=self.config.constrained_votes,
+            **decoding_options(self.config),
         )
         self.model.eval()
         seat_policy = _seat_policy(self.config, policy)
@@ -370,7 +383,7 @@ class SpyRLTrainer:
         """The rows of ``stage`` that train, with their advantages in ``row['advantage']``."""
         c = self.config
         wanted = "perform" if stage == PERFORM else "vote"
-        rows, skipped = [], {"too_long_prompt": 0, "empty": 0, "forfeit": 0}
+        rows, skipped = [], {"too_long_prompt": 0, "empty": 0, "forfeit": 0, "no_choice": 0}
         for row in buffer:
             if row["stage"] != wanted or not row["trainable"]:
                 continue
@@ -378,6 +391,8 @@ class SpyRLTrainer:
                 skipped["forfeit"] += 1
             elif not row["completion_token_ids"]:
                 skipped["empty"] += 1
+            elif row["completion_mask"] and not any(row["completion_mask"]):  # every token was forced
+                skipped["no_choice"] += 1
             elif len(row["prompt_token_ids"]) > c.max_prompt_tokens:
                 skipped["too_long_prompt"] += 1
             else:
@@ -421,17 +436,20 @@ class SpyRLTrainer:
         return rows, stats
 
     # -------------------------------------------------------------- updates
-    def _micro_step(self, micro, rows, prompts, completions, old, ref, level, items, accumulation) -> dict:
-        """Forward and backward of one micro-batch; returns its statistics."""
+    def _micro_step(self, micro: list[int], samples: _Samples, level: str, items: int, accumulation: int) -> dict:
+        """Forward and backward of one micro-batch (indices into ``samples``); returns its statistics."""
         c = self.config
         logps, mask, entropy = sequence_logps(
-            self.model, [prompts[i] for i in micro], [completions[i] for i in micro],
+            self.model, [samples.prompts[i] for i in micro], [samples.completions[i] for i in micro],
             self.pad_id, c.temperature, with_entropy=True,
         )  # fmt: skip
         width = logps.shape[1]
-        old_mb = torch.stack([_pad(old[i], width) if i in old else logps[k].detach() for k, i in enumerate(micro)])
-        ref_mb = torch.stack([_pad(ref[i], width) for i in micro]) if c.beta else None
-        advantages = torch.tensor([rows[i]["advantage"] for i in micro], dtype=logps.dtype)
+        mask = mask * torch.stack([_pad(samples.scored[i], width) for i in micro]).to(mask)  # forced tokens: 0
+        old_mb = torch.stack(
+            [_pad(samples.old[i], width) if i in samples.old else logps[k].detach() for k, i in enumerate(micro)]
+        )
+        ref_mb = torch.stack([_pad(samples.ref[i], width) for i in micro]) if c.beta else None
+        advantages = torch.tensor([samples.rows[i]["advantage"] for i in micro], dtype=logps.dtype)
         out = clipped_policy_loss(
             logps, old_mb, advantages, mask,
             ref_logps=ref_mb, level=level, loss_type=c.loss_type,
@@ -449,20 +467,25 @@ class SpyRLTrainer:
             "entropy": float((entropy * mask).sum() / mask.sum().clamp(min=1)),
         }
 
+    def mini_batch_size(self, samples: int) -> int:
+        """Samples per optimizer step: ``samples / updates_per_iteration`` rounded up, else ``mini_batch_size``."""
+        if self.config.updates_per_iteration:
+            return max(1, -(-samples // self.config.updates_per_iteration))
+        return self.config.mini_batch_size
+
     def update(self, rows: list[dict], stage: str) -> dict[str, float]:
         c = self.config
         level = c.perform_ratio_level if stage == PERFORM else c.detect_ratio_level
-        prompts = [list(r["prompt_token_ids"]) for r in rows]
-        completions = [list(r["completion_token_ids"])[: c.max_completion_tokens] for r in rows]
+        samples = _Samples.from_rows(rows, c.max_completion_tokens)
+        prompts, completions = samples.prompts, samples.completions
+        mini_batch_size = self.mini_batch_size(len(rows))
         # Behaviour and reference log-probs, once, before any update. The first mini-batch of the
         # first epoch trains before any step, so its behaviour log-probs are the current ones
         # (detached) and need no extra forward pass.
         generator = torch.Generator().manual_seed(_seed_for(c.seed, self.iteration, 2))
         orders = [torch.randperm(len(rows), generator=generator).tolist() for _ in range(c.epochs)]
-        on_policy = set(orders[0][: c.mini_batch_size])
+        on_policy = set(orders[0][:mini_batch_size])
         self.model.eval()
-        old: dict[int, torch.Tensor] = {}
-        ref: dict[int, torch.Tensor] = {}
         with torch.no_grad():
             need_old = [i for i in range(len(rows)) if i not in on_policy]
             for start in range(0, len(need_old), c.micro_batch_size):
@@ -470,12 +493,12 @@ class SpyRLTrainer:
                 logps = sequence_logps(
                     self.model, [prompts[i] for i in chunk], [completions[i] for i in chunk], self.pad_id, c.temperature
                 )[0]
-                old.update({i: logps[k, : len(completions[i])] for k, i in enumerate(chunk)})
+                samples.old.update({i: logps[k, : len(completions[i])] for k, i in enumerate(chunk)})
             if c.beta:
                 for start in range(0, len(rows), c.micro_batch_size):
                     chunk = list(range(start, min(start + c.micro_batch_size, len(rows))))
                     logps = self._ref_logps([prompts[i] for i in chunk], [completions[i] for i in chunk])
-                    ref.update({i: logps[k, : len(completions[i])] for k, i in enumerate(chunk)})
+                    samples.ref.update({i: logps[k, : len(completions[i])] for k, i in enumerate(chunk)})
         self.model.train()
         totals: dict[str, float] = {
             "loss": 0.0,
@@ -486,10 +509,10 @@ class SpyRLTrainer:
         }
         micro_steps = optimizer_steps = tokens = 0
         for order in orders:
-            for mb_start in range(0, len(order), c.mini_batch_size):
-                mini = order[mb_start : mb_start + c.mini_batch_size]
+            for mb_start in range(0, len(order), mini_batch_size):
+                mini = order[mb_start : mb_start + mini_batch_size]
                 micros = [mini[i : i + c.micro_batch_size] for i in range(0, len(mini), c.micro_batch_size)]
-                items = sum(len(completions[i]) for i in mini)
+                items = int(sum(samples.scored[i].sum().item() for i in mini))
                 for k, micro in enumerate(micros):
                     # Gradients accumulate over the mini-batch's micro-batches: DeepSpeed steps only at
                     # the boundary (accelerate reads sync_gradients), DDP all-reduces only there.
@@ -498,7 +521,7 @@ class SpyRLTrainer:
                     with contextlib.ExitStack() as stack:
                         if not boundary and self.accelerator.distributed_type in _DDP:
                             stack.enter_context(self.accelerator.no_sync(self.model))
-                        stats = self._micro_step(micro, rows, prompts, completions, old, ref, level, items, len(micros))
+                        stats = self._micro_step(micro, samples, level, items, len(micros))
                     micro_steps += 1
                     tokens += stats.pop("tokens")
                     for key, value in stats.items():
@@ -555,8 +578,7 @@ class SpyRLTrainer:
             "charts/acc_ema": self.controller.acc_ema,
             "charts/na_ema": self.controller.na_ema,
             **{f"charts/rae_{k}": v for k, v in self.rae.baselines.items()},
-            "lengths/prompt_tokens": float(np.mean([len(r["prompt_token_ids"]) for r in buffer])),
-            "lengths/completion_tokens": float(np.mean([len(r["completion_token_ids"]) for r in buffer])),
+            **length_metrics(buffer),
             "time/rollout_seconds": rollout_seconds,
             "time/update_seconds": update_seconds,
             "perf/rollout_tokens_per_s": generated / max(rollout_seconds, 1e-9),
@@ -699,6 +721,27 @@ class SpyRLTrainer:
         logger.info("resumed from %s at iteration %d", checkpoint, self.iteration)
 
 
+@dataclass
+class _Samples:
+    """The training samples of one update: token ids, scored-token masks and fixed log-probs."""
+
+    rows: list[dict]
+    prompts: list[list[int]]
+    completions: list[list[int]]
+    scored: list[torch.Tensor]  # (T_i,) 1 for tokens the model chose, 0 for forced ones
+    old: dict[int, torch.Tensor] = field(default_factory=dict)  # behaviour log-probs, off-policy rows
+    ref: dict[int, torch.Tensor] = field(default_factory=dict)  # reference log-probs (beta > 0)
+
+    @classmethod
+    def from_rows(cls, rows: list[dict], max_tokens: int) -> _Samples:
+        completions = [list(r["completion_token_ids"])[:max_tokens] for r in rows]
+        scored = []
+        for row, completion in zip(rows, completions, strict=True):
+            mask = list(row.get("completion_mask") or [])[: len(completion)]
+            scored.append(torch.tensor(mask if len(mask) == len(completion) else [1] * len(completion)))
+        return cls(rows, [list(r["prompt_token_ids"]) for r in rows], completions, scored)
+
+
 class _StagePolicy:
     """Different policies per stage: e.g. scripted performers and the learner's votes."""
 
@@ -727,6 +770,25 @@ def _seat_policy(config: SpyRLConfig, learner: Any) -> Any:
     performer = learner if config.performer == "self" else load(config.performer, seed=config.seed)
     voter = learner if config.voter == "self" else load(config.voter, seed=config.seed)
     return _StagePolicy(performer, voter)
+
+
+def length_metrics(rows: Sequence[dict]) -> dict[str, float]:
+    """Mean prompt, completion and *scored* completion tokens per stage, over LLM rows only.
+
+    Scripted agents' rows (no token ids) are left out, so a stage played by a heuristic does not
+    pull the means toward 0; scored tokens are those the model chose (forced ones excluded).
+    """
+    out: dict[str, float] = {}
+    for stage in ("perform", "vote"):
+        llm = [r for r in rows if r["stage"] == stage and r["completion_token_ids"]]
+        if not llm:
+            continue
+        out[f"lengths/{stage}_prompt_tokens"] = float(np.mean([len(r["prompt_token_ids"]) for r in llm]))
+        out[f"lengths/{stage}_completion_tokens"] = float(np.mean([len(r["completion_token_ids"]) for r in llm]))
+        out[f"lengths/{stage}_scored_tokens"] = float(
+            np.mean([sum(r["completion_mask"]) if r["completion_mask"] else len(r["completion_token_ids"]) for r in llm])
+        )
+    return out
 
 
 def _pad(values: torch.Tensor, width: int) -> torch.Tensor:

@@ -12,7 +12,10 @@ TRL's pieces). It owns what is hard to get right at scale, and we do not duplica
 
 This module adapts it to the policy contract of the runner: observations in, :class:`Action`
 records out, prompts encoded with the same chat template as the ``hf`` backend, and optional
-constrained votes through vLLM's structured outputs.
+votes shaped through vLLM's structured outputs (:func:`agents.decoding.vote_regex`):
+``constrained`` is the bare ``<vote>k</vote>``; ``think-then-vote`` allows ``4 × think_tokens``
+characters of reasoning without ``<`` before it (a character budget: structured outputs cannot
+count tokens). vLLM does not say which tokens the pattern forced, so every token is scored.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from agents.decoding import vote_regex
 from spy_env.policy import Action, Observation
 
 __all__ = [
@@ -29,33 +33,7 @@ __all__ = [
     "actions_from_generation",
     "make_vllm_generation",
     "vllm_generation_kwargs",
-    "vote_regex",
 ]
-
-
-def vote_regex(observations: Sequence[Observation]) -> str | None:
-    """A regex for ``<vote>k</vote>`` over the seats legal in *any* observation of the batch, or None.
-
-    Only a batch made entirely of detection-stage observations is constrained (the runner calls a
-    policy once per stage, so batches are never mixed). A structured-output request carries one
-    pattern for the whole batch, so this is looser than the ``hf`` backend's per-observation
-    constraint: a voter may still name a seat that is illegal for it (say, its own), which the game
-    records as a violation and penalises.
-
-    >>> vote_regex([{"stage": 1, "vote_targets": [False, True, True]}, {"stage": 1, "vote_targets": [True, False, True]}])
-    '<vote>(?:1|2|3)</vote>'
-    >>> vote_regex([{"stage": 0, "vote_targets": [True, True]}]) is None
-    True
-    """
-    if not observations or any(obs.get("stage") != 1 for obs in observations):
-        return None
-    legal: set[int] = set()
-    for obs in observations:
-        targets = obs.get("vote_targets")  # a boolean array in the environment's observations
-        legal |= {i for i, ok in enumerate(() if targets is None else targets) if ok}
-    if not legal:
-        return None
-    return "<vote>(?:" + "|".join(re.escape(str(s + 1)) for s in sorted(legal)) + ")</vote>"
 
 
 def actions_from_generation(
@@ -101,10 +79,21 @@ class VLLMRolloutPolicy:
     and ``sync_weights()``.
     """
 
-    def __init__(self, engine: Any, encoder: Any, *, constrained_votes: bool = False, name: str = "policy") -> None:
+    def __init__(
+        self,
+        engine: Any,
+        encoder: Any,
+        *,
+        vote_mode: str = "free",
+        think_tokens: int = 32,
+        abstain: bool = False,
+        name: str = "policy",
+    ) -> None:
         self.engine = engine
         self.encoder = encoder
-        self.constrained_votes = constrained_votes
+        self.vote_mode = vote_mode
+        self.think_tokens = think_tokens
+        self.abstain = abstain
         self.name = name
         self.stats = {"calls": 0, "too_long": 0}
 
@@ -124,7 +113,7 @@ class VLLMRolloutPolicy:
         limit = getattr(self.engine, "max_model_length", None)
         too_long = {i for i, p in enumerate(prompts) if limit is not None and len(p) >= limit}
         sent = [p[:1] if i in too_long else p for i, p in enumerate(prompts)]
-        self.engine.structured_outputs_regex = vote_regex(observations) if self.constrained_votes else None
+        self.engine.structured_outputs_regex = self.regex(observations)
         prompt_ids, completion_ids, logprobs, _ = self.engine.generate(sent, None, 1)
         self.stats["calls"] += 1
         # server mode gathers every process's prompts and hands back slices by process index, which
@@ -149,6 +138,13 @@ class VLLMRolloutPolicy:
                 "(raise vllm_max_model_length)"
             )
         return actions
+
+    def regex(self, observations: Sequence[Observation]) -> str | None:
+        """The structured-output pattern of a batch under this policy's vote mode (None: free)."""
+        if self.vote_mode == "free":
+            return None
+        think = 4 * self.think_tokens if self.vote_mode == "think-then-vote" else 0
+        return vote_regex(observations, abstain=self.abstain and self.vote_mode != "constrained", think_chars=think)
 
     def sync(self) -> None:
         """Push the current training weights to the engine (a collective: every process calls it)."""

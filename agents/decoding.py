@@ -1,0 +1,285 @@
+"""How an LLM's reply is shaped while it is decoded: vote modes and forced answer suffixes.
+
+A small model rarely writes ``<vote>k</vote>`` or a ``\\boxed{}`` answer on its own (SmolLM2-135M
+did neither in 98% of its votes), so it plays a game in which nothing happens. These *decoding
+programs* let any model take part while keeping every decision its own:
+
+- ``vote_mode="free"``: the reply is sampled as is (the game parses it);
+- ``vote_mode="constrained"``: the reply is ``<vote>k</vote>``; only ``k`` is chosen by the model,
+  among the legal seats;
+- ``vote_mode="think-then-vote"``: the model reasons freely for up to ``think_tokens`` tokens
+  (end-of-sequence is not allowed while it thinks; writing ``<vote>`` itself ends the thinking),
+  then ``<vote>k</vote>`` is forced with ``k`` chosen by the model among the legal seats (and
+  ``N/A`` when ``abstain``, which the game allows);
+- ``answer="boxed"`` for performances: the model writes freely; it may stop once its text has a
+  complete ``\\boxed{…}``. Otherwise, when the budget runs out, ``\\n\\n\\boxed{`` is forced and the
+  model writes the answer (up to ``answer_tokens`` tokens, closed by its own ``}`` or a forced one).
+
+Every generated token is either *sampled* by the model (free text, or a choice among several
+allowed tokens) or *forced* (a single allowed token). :attr:`DecodeProgram.scored` marks the
+sampled ones: those are the model's decisions, the only tokens a policy gradient should score.
+Forced tokens keep their log-probabilities for the record but carry no decision.
+
+The programs work on token ids and are backend-independent; :class:`agents.hf.HFPolicy` runs them
+inside ``generate`` as a logits processor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "ANSWER_MODES",
+    "VOTE_MODES",
+    "AnswerProgram",
+    "DecodeProgram",
+    "VoteProgram",
+    "vote_choices",
+    "vote_regex",
+]
+
+VOTE_MODES = ("free", "constrained", "think-then-vote")
+ANSWER_MODES = ("free", "boxed")
+
+
+def vote_choices(observation: Mapping[str, Any], abstain: bool = False) -> list[str]:
+    """The texts ``k`` may take in ``<vote>k</vote>``: the legal seats (1-based), then ``N/A``.
+
+    >>> vote_choices({"stage": 1, "vote_targets": [True, False, True]}, abstain=True)
+    ['1', '3', 'N/A']
+    """
+    targets = observation.get("vote_targets")
+    seats = [str(i + 1) for i, ok in enumerate(() if targets is None else targets) if ok]
+    return seats + (["N/A"] if abstain else [])
+
+
+def vote_regex(observations: Sequence[Mapping[str, Any]], *, abstain: bool = False, think_chars: int = 0) -> str | None:
+    """A structured-output regex for a whole batch of detection-stage observations, or None.
+
+    One pattern serves the batch (a structured-output request carries one), so it allows the seats
+    legal in *any* observation: a voter may still name a seat illegal for it (say, its own), which
+    the game records as a violation. With ``think_chars`` the vote may follow up to that many
+    characters of free reasoning (without ``<``, so the tag cannot be faked in it).
+
+    >>> vote_regex([{"stage": 1, "vote_targets": [False, True, True]}, {"stage": 1, "vote_targets": [True, False, True]}])
+    '<vote>(?:1|2|3)</vote>'
+    >>> vote_regex([{"stage": 1, "vote_targets": [True, True]}], abstain=True, think_chars=200)
+    '[^<]{0,200}<vote>(?:1|2|N/A)</vote>'
+    >>> vote_regex([{"stage": 0, "vote_targets": [True, True]}]) is None
+    True
+    """
+    import re
+
+    if not observations or any(obs.get("stage") != 1 for obs in observations):
+        return None
+    legal: set[int] = set()
+    for obs in observations:
+        legal |= {int(k) - 1 for k in vote_choices(obs)}
+    if not legal:
+        return None
+    choices = [re.escape(str(s + 1)) for s in sorted(legal)] + (["N/A"] if abstain else [])
+    think = f"[^<]{{0,{think_chars}}}" if think_chars else ""
+    return think + "<vote>(?:" + "|".join(choices) + ")</vote>"
+
+
+class DecodeProgram:
+    """The decoding state of one row: which tokens are allowed next, and which were sampled.
+
+    Subclasses implement :meth:`allowed`; :meth:`advance` records the token that was generated.
+    """
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.scored: list[int] = []  # 1 = sampled by the model, 0 = forced
+        self.done = False
+        self._pending_scored = 1
+
+    def allowed(self) -> tuple[list[int] | None, set[int]]:
+        """``(only, banned)``: the only allowed ids (None = free) and ids banned when free."""
+        raise NotImplementedError
+
+    def advance(self, token: int) -> None:
+        self.tokens.append(token)
+        self.scored.append(self._pending_scored)
+
+    def plan(self) -> tuple[list[int] | None, set[int]]:
+        """Call once per step before sampling: the constraint, remembering whether it is a choice."""
+        only, banned = self.allowed()
+        self._pending_scored = 0 if only is not None and len(set(only)) == 1 else 1
+        return only, banned
+
+
+class _Trie:
+    """Forced continuations: alternatives as token sequences; follow them as tokens arrive."""
+
+    def __init__(self, sequences: Sequence[Sequence[int]]) -> None:
+        self.sequences = [list(s) for s in sequences if s]
+        self.position = 0
+        self.live = list(range(len(self.sequences)))
+
+    def next_tokens(self) -> list[int]:
+        out: list[int] = []
+        for i in self.live:
+            seq = self.sequences[i]
+            if self.position < len(seq) and seq[self.position] not in out:
+                out.append(seq[self.position])
+        return out
+
+    def step(self, token: int) -> bool:
+        """Follow ``token``; True when an alternative has been completed."""
+        self.live = [
+            i
+            for i in self.live
+            if self.position < len(self.sequences[i]) and self.sequences[i][self.position] == token
+        ]
+        self.position += 1
+        return any(len(self.sequences[i]) == self.position for i in self.live) or not self.live
+
+
+class VoteProgram(DecodeProgram):
+    """``think_tokens`` of free reasoning (0: none), then a forced ``<vote>k</vote><eos>``.
+
+    ``choices`` maps each vote text (``"3"``, ``"N/A"``) to its token ids; ``choice_step`` is the
+    generated position at which the choice was made (None before), and ``choice_logprobs`` the
+    raw log-probabilities of each choice's first token there (set by the backend).
+    """
+
+    def __init__(
+        self,
+        prefix: Sequence[int],
+        choices: Mapping[str, Sequence[int]],
+        suffix: Sequence[int],
+        eos: int,
+        think_tokens: int = 0,
+        lead: Sequence[int] = (),
+    ) -> None:
+        super().__init__()
+        self.lead = list(lead)
+        self.prefix = list(prefix)
+        self.choices = {k: list(v) for k, v in choices.items()}
+        self.suffix = list(suffix)
+        self.eos = eos
+        self.think_tokens = think_tokens
+        self.trie: _Trie | None = None
+        self.choice_logprobs: dict[str, float] = {}
+        if think_tokens == 0:
+            self.lead = []
+            self._start_forcing(with_prefix=True)
+
+    def _start_forcing(self, with_prefix: bool) -> None:
+        head = self.lead + self.prefix if with_prefix else []
+        self.trie = _Trie([head + ids + self.suffix + [self.eos] for ids in self.choices.values()])
+
+    def first_tokens(self) -> dict[str, int]:
+        """The token that picks each choice at the choice step."""
+        return {k: ids[0] for k, ids in self.choices.items() if ids}
+
+    def distribution(self) -> dict[str, float]:
+        """The model's probability of each choice, renormalised over the choices (empty if unknown).
+
+        Read at the choice step from the raw (temperature 1) logits of each choice's first token,
+        so it is exact when choices differ in their first token (seats 1–9 and ``N/A``).
+        """
+        firsts = self.first_tokens()
+        if not self.choice_logprobs or len(set(firsts.values())) < len(firsts):
+            return {}
+        import math
+
+        top = max(self.choice_logprobs.values())
+        weights = {k: math.exp(v - top) for k, v in self.choice_logprobs.items()}
+        total = sum(weights.values())
+        return {k: w / total for k, w in weights.items()}
+
+    def at_choice(self) -> bool:
+        return self.trie is not None and len(self.trie.next_tokens()) > 1
+
+    def allowed(self) -> tuple[list[int] | None, set[int]]:
+        if self.trie is None:
+            return None, {self.eos}
+        return self.trie.next_tokens(), set()
+
+    def advance(self, token: int) -> None:
+        super().advance(token)
+        if self.trie is not None:
+            if self.trie.step(token):
+                self.done = True
+            return
+        wrote_prefix = self.prefix and self.tokens[-len(self.prefix) :] == self.prefix
+        if wrote_prefix:  # the model opened the tag itself: force only the rest
+            self._start_forcing(with_prefix=False)
+        elif len(self.tokens) >= self.think_tokens:
+            self._start_forcing(with_prefix=True)
+
+
+class AnswerProgram(DecodeProgram):
+    """Free text that ends with a ``\\boxed{}`` answer (see the module docstring).
+
+    ``decode`` turns token ids into text (the tokenizer's), ``has_answer`` says whether a text
+    holds a complete boxed answer. The body may use ``budget`` tokens; then ``opener`` is forced,
+    the answer gets ``answer_tokens`` more, and ``closer`` (``}``) plus EOS close it if needed.
+    """
+
+    MAX_CLOSERS = 3  # braces a forced ending closes; an answer nested deeper stays unbalanced
+
+    def __init__(
+        self,
+        budget: int,
+        opener: Sequence[int],
+        closer: Sequence[int],
+        eos: int,
+        decode: Callable[[list[int]], str],
+        has_answer: Callable[[str], bool],
+        answer_tokens: int = 12,
+        closing_ids: frozenset[int] = frozenset(),
+    ) -> None:
+        super().__init__()
+        self.closing_ids = closing_ids  # tokens that would close the box: banned while it is empty
+        self.budget = budget
+        self.opener, self.closer, self.eos = list(opener), list(closer), eos
+        self.decode, self.has_answer = decode, has_answer
+        self.answer_tokens = answer_tokens
+        self.phase = "body"  # body → answer → close
+        self.forced: list[int] = []
+        self.answer_start = 0
+        self._complete = False  # the body's text already holds a boxed answer
+
+    def allowed(self) -> tuple[list[int] | None, set[int]]:
+        if self.forced:
+            return [self.forced[0]], set()
+        if self.phase == "body":
+            return None, set() if self._complete else {self.eos}
+        # answer: the model writes it, cannot stop inside it, and cannot leave it empty
+        empty = not self.decode(self.tokens[self.answer_start :]).strip()
+        return None, {self.eos, *self.closing_ids} if empty else {self.eos}
+
+    def advance(self, token: int) -> None:
+        super().advance(token)
+        if self.forced:
+            self.forced.pop(0)
+            if token == self.eos:
+                self.done = True
+            elif not self.forced and self.phase == "opening":
+                self.phase, self.answer_start = "answer", len(self.tokens)
+            return
+        if token == self.eos:
+            self.done = True
+            return
+        if self.phase == "body":
+            self._complete = self.has_answer(self.decode(self.tokens))
+            if len(self.tokens) >= self.budget:
+                self.forced = [self.eos] if self._complete else list(self.opener)
+                self.phase = "closing" if self._complete else "opening"
+            return
+        # answer phase: closed by the model's own unmatched "}", or by force at the budget
+        answer = self.decode(self.tokens[self.answer_start :])
+        if answer.count("}") > answer.count("{"):
+            self.forced, self.phase = [self.eos], "closing"
+        elif len(self.tokens) - self.answer_start >= self.answer_tokens:  # close every open brace
+            depth = min(1 + answer.count("{") - answer.count("}"), self.MAX_CLOSERS)
+            self.forced, self.phase = [*self.closer * depth, self.eos], "closing"
+
+    @staticmethod
+    def reserved(opener: Sequence[int], closer: Sequence[int], answer_tokens: int) -> int:
+        """Tokens the forced ending may need after the body: opener, answer, closers, EOS."""
+        return len(opener) + answer_tokens + len(closer) * AnswerProgram.MAX_CLOSERS + 1
