@@ -41,6 +41,7 @@ __all__ = [
     "load_embedded",
     "load_hub",
     "load_local",
+    "split_documents",
 ]
 
 NEMOTRON_ID = "nvidia/Nemotron-CC-Math-v1"
@@ -54,6 +55,35 @@ class Document:
     id: str
     text: str
     metadata: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+
+HELDOUT_SALT = "spyrl-heldout-v1"
+
+
+def is_heldout(document_id: str, fraction: float = 0.2, salt: str = HELDOUT_SALT) -> bool:
+    """Whether a document belongs to the held-out split: a hash of its id, not its position.
+
+    The split is stable when a corpus is reordered, filtered or grown, so the same documents are
+    held out by training (never played) and by every evaluation (only played there).
+
+    >>> is_heldout("doc-1", 0.0), is_heldout("doc-1", 1.0)
+    (False, True)
+    """
+
+    digest = hashlib.sha256(f"{salt}:{document_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
+
+
+def split_documents(
+    documents: Sequence[Document], fraction: float = 0.2, salt: str = HELDOUT_SALT
+) -> tuple[list[Document], list[Document]]:
+    """``(train, heldout)``: the documents :func:`is_heldout` keeps for training and for evaluation."""
+    if not 0 <= fraction < 1:
+        raise ValueError(f"held-out fraction must be in [0, 1), got {fraction!r}")
+    train, heldout = [], []
+    for doc in documents:
+        (heldout if is_heldout(doc.id, fraction, salt) else train).append(doc)
+    return train, heldout
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from agents.decoding import ANSWER_MODES, VOTE_MODES
 from spy_env.config import GameConfig
 from spy_env.degrade import DEGRADERS
 from spy_env.prompts import TASKS
@@ -53,8 +54,23 @@ def _add_game_args(p: argparse.ArgumentParser, default_agent: str = "heuristic")
     s = p.add_argument_group("LLM sampling")
     s.add_argument("--temperature", type=float, default=0.7)
     s.add_argument("--top-p", type=float, default=1.0)
-    s.add_argument("--max-new-tokens", type=int, default=128)
+    s.add_argument("--max-new-tokens", type=int, default=96)
     s.add_argument("--batch-size", type=int, default=16, help="generation batch size of local models")
+    s.add_argument(
+        "--vote-mode",
+        choices=VOTE_MODES,
+        default="think-then-vote",
+        help="local models (hf, smollm2): free; constrained (<vote>k</vote>, the model picks k); think-then-vote "
+        "(free reasoning up to --think-tokens, then a forced vote among the legal seats)",
+    )
+    s.add_argument("--think-tokens", type=int, default=32, help="reasoning budget of think-then-vote")
+    s.add_argument("--abstain", action="store_true", help="forced votes may also pick N/A")
+    s.add_argument(
+        "--answer",
+        choices=ANSWER_MODES,
+        default="boxed",
+        help="local models: free, or boxed (a \\boxed{} answer is forced when the budget runs out)",
+    )
 
 
 def _game_config(args: argparse.Namespace) -> GameConfig:
@@ -86,7 +102,13 @@ def _load_agent(spec: str, args: argparse.Namespace) -> Any:
             seed=args.seed,
         )
     if kind in ("hf", "smollm2"):
-        kwargs["batch_size"] = args.batch_size
+        kwargs.update(
+            batch_size=args.batch_size,
+            vote_mode=args.vote_mode,
+            think_tokens=args.think_tokens,
+            abstain=args.abstain,
+            answer=args.answer,
+        )
     note = " (the first time converts SmolLM2, about 20 s)" if kind == "smollm2" else ""
     with console.status(f"loading agent {spec}{note}"):
         return agents.load(spec, **kwargs)

@@ -267,3 +267,39 @@ def test_bfloat16_training_keeps_dtype_and_finite_metrics(tmp_path):
     assert metrics["losses/optimizer_steps"] > 0
     assert all(math.isfinite(metrics[k]) for k in ("losses/loss", "losses/kl", "losses/entropy", "losses/grad_norm"))
     assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
+
+
+def test_forced_vote_tokens_are_never_scored(tmp_path):
+    """Constrained votes: only the seat token is the model's choice. Changing the forced tokens after it
+    (``</vote>`` and EOS) must not change an update at all; changing the choice must."""
+    from trainers.grpo import SpyRLTrainer
+
+    config = toy_detection_config(tmp_path / "run", documents_per_iteration=2, games_per_document=2, eval_games=0)
+    trainer = SpyRLTrainer(config)
+    rows, _ = trainer.select_samples(trainer.rollouts(), "detect")
+    assert rows and all(sum(r["completion_mask"]) == 1 for r in rows)  # one chosen token per vote
+    start = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+
+    def updated(rows):
+        trainer.model.load_state_dict(start)
+        trainer.optimizer = torch.optim.AdamW(trainer.model.parameters(), lr=config.learning_rate)
+        trainer.update([dict(r) for r in rows], "detect")
+        return {k: v.clone() for k, v in trainer.model.state_dict().items()}
+
+    def edit(rows, after_choice: bool):
+        out = []
+        for r in rows:
+            ids, mask = list(r["completion_token_ids"]), list(r["completion_mask"])
+            choice = mask.index(1)
+            targets = range(choice + 1, len(ids)) if after_choice else [choice]
+            for t in targets:
+                ids[t] = (ids[t] + 1) % 50
+            out.append({**r, "completion_token_ids": ids})
+        return out
+
+    base = updated(rows)
+    assert any(not torch.equal(base[k], start[k]) for k in start)  # it trained
+    same = updated(edit(rows, after_choice=True))
+    assert all(torch.equal(base[k], same[k]) for k in base)
+    other = updated(edit(rows, after_choice=False))
+    assert any(not torch.equal(base[k], other[k]) for k in base)

@@ -56,6 +56,9 @@ class SpyRLConfig:
     lora_alpha: int = _f(32, "LoRA alpha.")
     lora_dropout: float = _f(0.05, "LoRA dropout.")
     lora_target_modules: str = _f("all-linear", "peft target_modules.")
+    train_top_layers: int = _f(
+        0, "Without LoRA: train only the last k decoder blocks (+ final norm), 0 = all; cheaper updates on CPU."
+    )
     # ----------------------------------------------------------------- game
     game: dict = _f({}, "GameConfig overrides (n_players, rounds, degrade, corpus, prompts, ...).")  # noqa: RUF009
     documents_per_iteration: int = _f(128, "Documents per iteration (paper: 128).")
@@ -142,6 +145,9 @@ class SpyRLConfig:
     seed: int = _f(0, "Seed of everything (rollouts, sampling, shuffling).")
     checkpoint_every: int = _f(10, "Checkpoint every k iterations (and at the end).")
     keep_buffers: bool = _f(True, "Save each iteration's episode buffer (parquet).")
+    heldout_fraction: float = _f(
+        0.2, "Share of documents (by id hash) held out of training for evaluation; 0 trains on all."
+    )
     eval_games: int = _f(0, "Held-out games for detection accuracy each eval_every iterations (0: off).")
     eval_every: int = _f(10, "Iterations between held-out evaluations.")
     report_to: list = _f(["jsonl"], "Metric sinks: jsonl, console, wandb, trackio, tensorboard.")  # noqa: RUF009
@@ -205,6 +211,10 @@ class SpyRLConfig:
             raise bad("mini_batch_size", f"a multiple of micro_batch_size ({self.micro_batch_size})")
         if self.lora_r < 0:
             raise bad("lora_r", "an integer >= 0")
+        if not isinstance(self.train_top_layers, int) or self.train_top_layers < 0:
+            raise bad("train_top_layers", "an integer >= 0")
+        if not isinstance(self.heldout_fraction, (int, float)) or not 0 <= self.heldout_fraction < 1:
+            raise bad("heldout_fraction", "a number in [0, 1)")
         if not isinstance(self.updates_per_iteration, int) or self.updates_per_iteration < 0:
             raise bad("updates_per_iteration", "an integer >= 0")
         sinks = {"jsonl", "console", "wandb", "trackio", "tensorboard"}
@@ -346,6 +356,33 @@ PRESETS: dict[str, dict[str, Any]] = {
         "checkpoint_every": 1,
         "game": {"n_players": 5, "max_document_chars": 1500},
         "output_dir": "runs/smollm2-cpu",
+    },
+    # SmolLM2 learns to detect the spy on CPU within the hour (experiments/smollm2_selfplay.py): an eased
+    # game (3 players, the spy gets no text, 600-character documents), votes constrained to a seat
+    # with only the seat token scored, one on-policy update per iteration over the last 8 blocks.
+    "smollm2-selfplay": {
+        "model": "smollm2",
+        "dtype": "float32",
+        "device": "cpu",
+        "documents_per_iteration": 8,
+        "games_per_document": 4,
+        "updates_per_iteration": 1,
+        "micro_batch_size": 8,
+        "learning_rate": 1e-5,
+        "beta": 0.0,
+        "iterations": 5,
+        "max_prompt_tokens": 2048,
+        "max_completion_tokens": 40,
+        "temperature": 1.0,
+        "generation_batch_size": 48,
+        "vote_mode": "constrained",
+        "answer": "boxed",
+        "answer_tokens": 6,
+        "train_top_layers": 8,
+        "stage_schedule": "detect",
+        "checkpoint_every": 5,
+        "game": {"n_players": 3, "degrade": "blank", "max_document_chars": 600},
+        "output_dir": "runs/smollm2-selfplay",
     },
     "cpu-smoke": {
         "model": "tiny",

@@ -45,7 +45,8 @@ from agents.hf import HFPolicy, resolve_device, resolve_dtype
 from agents.sampling import SamplingParams
 from spy_env.buffer import EpisodeBuffer
 from spy_env.config import GameConfig
-from spy_env.corpus import CorpusFilter, load_corpus
+from spy_env.corpus import CorpusFilter, load_corpus, split_documents
+from spy_env.heldout import evaluate_heldout, summarize
 from spy_env.io import write_text
 from spy_env.metrics import game_metrics
 from spy_env.runner import Runner
@@ -76,6 +77,24 @@ def decoding_options(config: SpyRLConfig) -> dict[str, Any]:
         "answer": config.answer,
         "answer_tokens": config.answer_tokens,
     }
+
+
+def freeze_below(model: Any, top_layers: int) -> None:
+    """Train only the last ``top_layers`` decoder blocks and the final norm; freeze the rest.
+
+    The frozen bottom then runs without building a graph, and the backward pass stops at the first
+    trainable block: on long prompts with a short scored answer (votes) most of the update's cost
+    goes away. Embeddings (and a tied output layer) stay frozen.
+    """
+    layers = getattr(model.get_decoder(), "layers", None)
+    if layers is None or not 0 < top_layers <= len(layers):
+        raise ValueError(f"SpyRLConfig.train_top_layers must be in [1, {len(layers or [])}], got {top_layers}")
+    model.requires_grad_(False)
+    for block in list(layers)[-top_layers:]:
+        block.requires_grad_(True)
+    norm = getattr(model.get_decoder(), "norm", None)
+    if norm is not None:
+        norm.requires_grad_(True)
 
 
 def load_policy_model(config: SpyRLConfig) -> tuple[Any, Any, str]:
@@ -180,6 +199,8 @@ class SpyRLTrainer:
                 self.model.enable_input_require_grads()
         if config.lora_r:
             self._apply_lora()
+        elif config.train_top_layers:
+            freeze_below(self.model, config.train_top_layers)
         from accelerate import Accelerator
 
         # One process: a plain loop. Under `accelerate launch`: DDP/FSDP/DeepSpeed as configured.
@@ -219,9 +240,13 @@ class SpyRLTrainer:
             CorpusFilter(truncate=self.game_config.max_document_chars),
             max_documents=self.game_config.max_documents,
         )
-        holdout = max(0, min(len(documents) // 5, 16)) if config.eval_games else 0
-        self.train_documents = tuple(documents[: len(documents) - holdout] if holdout else documents)
-        self.eval_documents = tuple(documents[len(documents) - holdout :]) if holdout else self.train_documents
+        # held-out documents (by id hash, spy_env.corpus.split_documents) are never played in training
+        train, heldout = split_documents(documents, config.heldout_fraction)
+        if not train:
+            raise ValueError(f"SpyRLConfig.heldout_fraction={config.heldout_fraction} leaves no training document")
+        if config.eval_games and not heldout:
+            raise ValueError("SpyRLConfig.eval_games > 0 needs held-out documents: raise heldout_fraction")
+        self.train_documents, self.eval_documents = tuple(train), tuple(heldout)
         self.policy = HFPolicy(
             self.unwrapped,
             self.tokenizer,
@@ -363,7 +388,7 @@ class SpyRLTrainer:
         )
 
     def evaluate(self, num_games: int, seed: int = 12345) -> dict[str, float]:
-        """Held-out detection accuracy etc. with greedy decoding on held-out documents."""
+        """Held-out metrics (greedy decoding, held-out documents, fixed games) with 95% bootstrap bounds."""
         policy = HFPolicy(
             self.unwrapped,
             self.tokenizer,
@@ -374,9 +399,12 @@ class SpyRLTrainer:
         )
         self.model.eval()
         seat_policy = _seat_policy(self.config, policy)
-        runner = Runner(replace(self.game_config, corpus=self.eval_documents, max_documents=None), run_id="eval")
-        buffer = runner.run([seat_policy] * self.game_config.n_players, num_games, seed=seed)
-        return game_metrics(buffer)
+        seats = [seat_policy] * self.game_config.n_players
+        buffer, games = evaluate_heldout(seats, self.game_config, self.eval_documents, num_games, seed=seed)
+        out = game_metrics(buffer)
+        for metric, interval in summarize(games).items():
+            out.update({metric: interval.mean, f"{metric}_low": interval.low, f"{metric}_high": interval.high})
+        return out
 
     # -------------------------------------------------------------- samples
     def select_samples(self, buffer: EpisodeBuffer, stage: str) -> tuple[list[dict], dict[str, float]]:

@@ -1,0 +1,152 @@
+"""Held-out game evaluation: fixed games, per-game metrics and bootstrap intervals.
+
+One module serves every held-out evaluation (the trainer's ``eval_games``, the SmolLM2
+experiment, base-vs-trained comparisons): the *same* games (documents from the held-out split,
+seeds, spy seats and degradations all fixed by ``seed``) are played by each policy, every metric is
+computed per game, and intervals are bootstrap percentiles over games. Comparing two policies on
+the same games uses a *paired* bootstrap of the per-game differences.
+
+Metrics per game:
+
+- ``detection_accuracy``: share of civilian votes cast on the spy (abstentions are misses);
+- ``expected_accuracy``: mean over civilian votes of the probability the voter's policy gave the
+  spy at its choice step (``vote_probs``; the accuracy its sampled votes have in expectation, with no
+  sampling noise); NaN when the backend does not report it;
+- ``spy_caught``: plurality voting singled out the spy (0/1);
+- ``na_rate``: share of votes that abstained or were invalid; ``valid_vote_rate``: share of votes
+  without a violation;
+- ``no_answer_rate``: share of performances with no ``\\boxed{}`` answer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+
+__all__ = ["METRICS", "Interval", "bootstrap", "evaluate_heldout", "paired_difference", "per_game", "summarize"]
+
+METRICS = (
+    "detection_accuracy",
+    "expected_accuracy",
+    "spy_caught",
+    "na_rate",
+    "valid_vote_rate",
+    "no_answer_rate",
+)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean with its bootstrap percentile interval over ``n`` units (games)."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.mean:.3f} [{self.low:.3f}, {self.high:.3f}]"
+
+
+def bootstrap(
+    values: Sequence[float], *, resamples: int = 2000, confidence: float = 0.95, seed: int = 0
+) -> Interval:
+    """Mean of ``values`` (NaNs dropped) with a percentile bootstrap interval.
+
+    >>> bootstrap([1.0, 1.0, 1.0]).to_dict()
+    {'mean': 1.0, 'low': 1.0, 'high': 1.0, 'n': 3}
+    >>> math.isnan(bootstrap([]).mean)
+    True
+    """
+    x = np.asarray([v for v in values if not math.isnan(v)], dtype=np.float64)
+    if x.size == 0:
+        return Interval(math.nan, math.nan, math.nan, 0)
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return Interval(float(x.mean()), float(low), float(high), int(x.size))
+
+
+def paired_difference(
+    after: Sequence[Mapping[str, float]], before: Sequence[Mapping[str, float]], metric: str, **kwargs: Any
+) -> Interval:
+    """Bootstrap interval of ``mean(after − before)`` of ``metric`` over the same games (paired)."""
+    if len(after) != len(before):
+        raise ValueError(f"paired games differ in number: {len(after)} vs {len(before)}")
+    diffs = []
+    for a, b in zip(after, before, strict=True):
+        if (a["document_id"], a["game_seed"]) != (b["document_id"], b["game_seed"]):
+            raise ValueError("paired evaluations were not played on the same games")
+        diffs.append(a[metric] - b[metric])
+    return bootstrap(diffs, **kwargs)
+
+
+def per_game(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every metric of :data:`METRICS` for each game of a buffer, in game order."""
+    games: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        games.setdefault((row["run_id"], row["game_id"]), []).append(row)
+    out = []
+    for (_, game_id), game_rows in sorted(games.items(), key=lambda kv: kv[0][1]):
+        votes = [r for r in game_rows if r["stage"] == "vote"]
+        civilian = [r for r in votes if r["role"] == "civilian"]
+        performances = [r for r in game_rows if r["stage"] == "perform"]
+        spy = game_rows[0]["spy_seat"]
+        probs = [r["vote_probs"][spy] for r in civilian if len(r["vote_probs"]) > spy >= 0]
+        out.append(
+            {
+                "game_id": game_id,
+                "document_id": game_rows[0]["document_id"],
+                "game_seed": game_rows[0]["game_seed"],
+                "spy_seat": spy,
+                "detection_accuracy": _share(r["vote"] == spy for r in civilian),
+                "expected_accuracy": float(np.mean(probs)) if civilian and len(probs) == len(civilian) else math.nan,
+                "spy_caught": float(bool(game_rows[0]["spy_caught"])),
+                "na_rate": _share(r["vote"] < 0 for r in votes),
+                "valid_vote_rate": _share(not r["violations"] for r in votes),
+                "no_answer_rate": _share("no_answer" in r["violations"] for r in performances),
+            }
+        )
+    return out
+
+
+def _share(flags: Iterable[bool]) -> float:
+    flags = list(flags)
+    return sum(map(bool, flags)) / len(flags) if flags else math.nan
+
+
+def summarize(games: Sequence[Mapping[str, Any]], **kwargs: Any) -> dict[str, Interval]:
+    """A bootstrap :class:`Interval` over games for every metric."""
+    return {m: bootstrap([g[m] for g in games], **kwargs) for m in METRICS}
+
+
+def evaluate_heldout(
+    policies: Sequence[Any],
+    config: Any,
+    documents: Sequence[Any],
+    num_games: int,
+    *,
+    seed: int = 12345,
+    run_id: str = "heldout",
+) -> tuple[Any, list[dict[str, Any]]]:
+    """Play the fixed held-out games (``documents``, ``seed``) with one policy per seat.
+
+    Returns the episode buffer and :func:`per_game` metrics. Equal ``documents``, ``num_games``,
+    ``seed`` and game config give the same games (documents, spy seats, degradations) whatever the
+    policies, so two policies can be compared game by game.
+    """
+    from spy_env.runner import Runner
+
+    if not documents:
+        raise ValueError("held-out evaluation needs at least one held-out document")
+    runner = Runner(replace(config, corpus=tuple(documents), max_documents=None), run_id=run_id)
+    buffer = runner.run(list(policies), num_games, seed=seed)
+    return buffer, per_game(buffer)
