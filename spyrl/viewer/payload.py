@@ -151,7 +151,8 @@ def copy_spans(source: str, spy_copy: str) -> list[list[Any]]:
     """Where the spy's copy differs from the source: ``[start, end, replacement]`` in source offsets.
 
     ``source[start:end]`` was replaced by ``replacement`` (``""``: removed; ``start == end``:
-    inserted). A copy with almost nothing in common (``neighbor``, ``blank``) is one span.
+    inserted). A copy whose words mostly do not come from the source (``neighbor``, ``blank``)
+    is one span.
 
     >>> copy_spans("Tom has 3 red apples. He eats one.", "Tom has 5 red apples. [...]")
     [[8, 9, '5'], [22, 34, '[...]']]
@@ -160,7 +161,9 @@ def copy_spans(source: str, spy_copy: str) -> list[list[Any]]:
         return []
     a, b = _WORDS.findall(source), _WORDS.findall(spy_copy)
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    if not spy_copy.strip() or matcher.ratio() < 0.3:
+    words = sum(1 for w in b if not w.isspace())
+    kept = sum(1 for m in matcher.get_matching_blocks() for w in b[m.b : m.b + m.size] if not w.isspace())
+    if kept < 0.3 * words or not words:  # hardly a word of the copy comes from the source
         return [[0, len(source), spy_copy]]
     offsets = [0]
     for word in a:
@@ -182,11 +185,11 @@ def degradation_of(source: str, spy_copy: str, spans: Sequence[Sequence[Any]]) -
         return "none"
     if not spy_copy.strip():
         return "blank"
-    if len(spans) == 1 and spans[0][0] == 0 and spans[0][1] == len(source):
-        return "neighbor"
     replacements = [str(s[2]).strip() for s in spans]
     if any("[…]" in r or "[...]" in r for r in replacements):
         return "mask_spans"
+    if len(spans) == 1 and spans[0][0] == 0 and spans[0][1] == len(source):
+        return "neighbor"
     originals = [source[s[0] : s[1]].strip() for s in spans]
     if all(_NUMBER.match(o) and _NUMBER.match(r) for o, r in zip(originals, replacements, strict=True)):
         return "perturb_numbers"
