@@ -169,7 +169,8 @@ def test_buffer_payload_matches_the_buffer(artefacts):
 
 def test_run_and_tournament_payloads(artefacts):
     run = build_payload(artefacts["run"], games_per_iteration=2)
-    assert [g["it"] for g in run["games"]] == [0, 0, 1, 1, 2, 2]
+    assert [g["it"] for g in run["games"]] == [1, 1, 2, 2, 3, 3]  # metrics.jsonl's numbering
+    assert [g["pv"] for g in run["games"]] == [0, 0, 1, 1, 2, 2]
     assert [m["stage"] for m in run["run"]["metrics"]] == ["detect", "detect", "perform", "perform"]
     assert run["run"]["metrics"][-1]["eval/na_rate"] is None  # NaN is not JSON
     tournament = build_payload(artefacts["tournament"])
@@ -236,8 +237,8 @@ def _errors(driver) -> list[str]:
     return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
 
 
-def _load(driver, page: Path) -> None:
-    driver.get(page.as_uri())
+def _load(driver, page: Path, fragment: str = "") -> None:
+    driver.get(page.as_uri() + fragment)
     assert driver.execute_script("return document.body.dataset.ready") == "1", _errors(driver)
 
 
@@ -310,3 +311,9 @@ def test_browser_run_report_and_tournament(artefacts, browser, tmp_path):
     assert browser.find_element(By.CSS_SELECTOR, "#tab-tournament img").get_attribute("naturalWidth") != "0"
     assert _errors(browser) == []
     browser.save_screenshot(str(tmp_path / "tournament.png"))
+
+    _load(browser, artefacts["pages"]["buffer"], "#game=1&reveal=1")  # a link to a revealed game
+    game = build_payload(artefacts["root"] / "hostile.parquet")["games"][1]
+    assert [e.get_attribute("data-seat") for e in browser.find_elements(By.CSS_SELECTOR, ".card.spy")] == [
+        str(game["spy"])
+    ]

@@ -50,7 +50,7 @@ __all__ = [
 Decoder = Callable[[Sequence[int]], list[str]]
 
 _DOCUMENT = re.compile(r"<document>\n(.*?)\n</document>", re.DOTALL)
-_WORDS = re.compile(r"\s+|[^\s]+")
+_WORDS = re.compile(r"\S+\s*|\s+")  # a word with the whitespace after it
 _NUMBER = re.compile(r"^[-+]?\$?\d[\d.,]*\$?[.,;:)]?$")
 _ITERATION_FILE = re.compile(r"iter_(\d+)")
 # The buffer columns the page needs (token ids of prompts are large and unused).
@@ -170,8 +170,12 @@ def copy_spans(source: str, spy_copy: str) -> list[list[Any]]:
         offsets.append(offsets[-1] + len(word))
     spans = []
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
-        if op != "equal":
-            spans.append([offsets[i1], offsets[i2], "".join(b[j1:j2])])
+        if op == "equal":
+            continue
+        start, end, replacement = offsets[i1], offsets[i2], "".join(b[j1:j2])
+        while end > start and replacement and source[end - 1] == replacement[-1]:  # shared trailing space
+            end, replacement = end - 1, replacement[:-1]
+        spans.append([start, end, replacement])
     return spans
 
 
@@ -268,6 +272,7 @@ def game_records(
                 "doc": first["document_id"],
                 "src": key,
                 "it": int(first["policy_version"]),
+                "pv": int(first["policy_version"]),
                 "spy": spy,
                 "caught": bool(first["spy_caught"]),
                 "deg": degrade or degradation_of(source, spy_copy, spans),
@@ -331,7 +336,8 @@ def run_payload(
     buffers = sorted(run_dir.glob("buffers/iter_*.parquet")) + sorted(run_dir.glob("buffers/iter_*.jsonl"))
     for buffer in buffers:
         found = _ITERATION_FILE.search(buffer.name)
-        iteration = int(found.group(1)) if found else None
+        # iter_00000 holds the games of the iteration that metrics.jsonl logs as iteration 1
+        iteration = int(found.group(1)) + 1 if found else None
         records = game_records(_iter_rows(buffer), documents, decode=decode, max_games=games_per_iteration)
         for record in records:
             if iteration is not None:

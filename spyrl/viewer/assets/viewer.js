@@ -247,7 +247,7 @@
     pane.appendChild(el("h2", { text: "Game " + game.id + " · run " + game.run }));
     pane.appendChild(el("div", { className: "meta" },
       el("span", { text: "document " + doc.id }), el("span", { text: game.seats.length + " players" }),
-      el("span", { text: "iteration " + game.it }), el("span", { text: "degradation " + game.deg }),
+      el("span", { text: "iteration " + game.it + " (policy version " + game.pv + ")" }), el("span", { text: "degradation " + game.deg }),
       el("span", { text: game.rounds.length + " round(s)" })));
     var reveal = el("button", { id: "reveal", className: "reveal", type: "button",
       text: state.reveal ? "Hide the spy" : "Reveal the spy" });
@@ -281,10 +281,10 @@
   // ------------------------------------------------------------ run report
   var COLORS = ["#2c5fa8", "#d9822b", "#1e8449", "#c0392b", "#7d3c98", "#16a085"];
   function lineChart(title, rows, keys, switches) {
-    var W = 440, H = 210, L = 44, R = 10, T = 22, B = 26;
     var series = keys.map(function (k) {
       return { key: k, points: rows.filter(function (r) { return typeof r[k] === "number"; }).map(function (r) { return [r.iteration, r[k]]; }) };
     }).filter(function (s) { return s.points.length; });
+    var W = 440, H = 220, L = 44, R = 10, T = 30 + 11 * Math.ceil(series.length / 2), B = 26;
     var box = el("div", { className: "chart" });
     var root = svg("svg", { viewBox: "0 0 " + W + " " + H, role: "img" });
     var t = svg("text", { x: L, y: 14, "font-size": 12, "font-weight": 600 }); t.textContent = title; root.appendChild(t);
@@ -320,7 +320,7 @@
         var tip = svg("title"); tip.textContent = s.key + " @ " + p[0] + ": " + fmt(p[1], 4); c.appendChild(tip);
         root.appendChild(c);
       });
-      var lg = svg("text", { x: L + 6 + (i % 2) * 190, y: T + 10 + Math.floor(i / 2) * 11, "font-size": 9, fill: color });
+      var lg = svg("text", { x: L + (i % 2) * 190, y: 28 + Math.floor(i / 2) * 11, "font-size": 9, fill: color });
       lg.textContent = s.key; root.appendChild(lg);
     });
     return box;
@@ -357,7 +357,7 @@
       var table = el("table", { id: "eval-table" }, head);
       rows.filter(function (r) { return evalKeys.some(function (k) { return r[k] !== undefined; }); }).forEach(function (r) {
         var tr = el("tr", null, el("td", { className: "num", text: String(r.iteration) }));
-        evalKeys.forEach(function (k) { tr.appendChild(el("td", { className: "num", text: fmt(r[k]) })); });
+        evalKeys.forEach(function (k) { tr.appendChild(el("td", { className: "num", text: /games$/.test(k) ? String(r[k]) : fmt(r[k]) })); });
         table.appendChild(tr);
       });
       tab.appendChild(table);
@@ -370,7 +370,7 @@
     var list = el("ul", { className: "samples" });
     Object.keys(byIter).map(Number).sort(function (a, b) { return a - b; }).forEach(function (it) {
       var games = byIter[it], caught = games.filter(function (i) { return DATA.games[i].caught; }).length;
-      var li = el("li", null, el("b", { text: "iteration " + it + " " }), el("span", { className: "muted", text: "(spy caught in " + caught + "/" + games.length + ") " }));
+      var li = el("li", null, el("b", { text: "iteration " + it + " " }), el("span", { className: "muted", text: "(policy version " + DATA.games[games[0]].pv + "; spy caught in " + caught + "/" + games.length + ") " }));
       games.forEach(function (i) {
         li.appendChild(el("button", { type: "button", text: "game " + DATA.games[i].id, onclick: function () { openGame(i); } }));
       });
@@ -417,6 +417,18 @@
   if (DATA.tournament) renderTournament();
   showTab(tabs[0][0]);
   applyFilters();
+  // A link may open a tab or a game: page.html#tab=run, page.html#game=12&reveal=1 (game: list index).
+  var wanted = {};
+  location.hash.replace(/^#/, "").split("&").forEach(function (pair) {
+    var kv = pair.split("=");
+    if (kv.length === 2) wanted[kv[0]] = kv[1];
+  });
+  if (/^\d+$/.test(wanted.game || "") && Number(wanted.game) < DATA.games.length) {
+    openGame(Number(wanted.game));
+    if (wanted.reveal === "1") { state.reveal = true; renderGame(); }
+  } else if (wanted.tab && tabs.some(function (t) { return t[0] === wanted.tab; })) {
+    showTab(wanted.tab);
+  }
   window.__spyrlFirstRenderMs = performance.now();
   window.__spyrlOpenGame = openGame;
   document.body.dataset.ready = "1";
