@@ -26,7 +26,7 @@ from spy_env.metrics import game_metrics
 from spy_env.policy import Action
 from spy_env.runner import Runner
 from spyrl.viewer import build_payload, embed_json, input_kind, write_page
-from spyrl.viewer.payload import copy_spans, degradation_of
+from spyrl.viewer.payload import copy_spans, decode_logprobs, degradation_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "<script>window.__pwned=1</script>"
@@ -164,7 +164,15 @@ def test_buffer_payload_matches_the_buffer(artefacts):
         assert record["spans"] and record["deg"] == "mask_spans"  # the default operator
         assert all(0 <= a <= b <= len(source) for a, b, _ in record["spans"])
         hostile = record["rounds"][0]["perform"][0]
-        assert hostile["lp"][:3] == [0.0, -0.1, -0.2] and record["seats"][0]["agent"] == HostilePolicy.name
+        assert (
+            decode_logprobs(hostile["lp"])[:3] == [0.0, -0.1, -0.2]
+            and record["seats"][0]["agent"] == HostilePolicy.name
+        )
+
+
+def test_a_jsonl_buffer_gives_the_same_games(artefacts):
+    jsonl = artefacts["buffer"].save(artefacts["root"] / "hostile.jsonl")
+    assert build_payload(jsonl)["games"] == build_payload(artefacts["root"] / "hostile.parquet")["games"]
 
 
 def test_run_and_tournament_payloads(artefacts):
@@ -272,7 +280,8 @@ def test_browser_filters_reveal_and_hostile_text(artefacts, browser, tmp_path):
     assert HOSTILE_ID in pane.text and IMG in pane.find_element(By.CSS_SELECTOR, ".source").text
     assert HostilePolicy.name in pane.text
     assert browser.find_elements(By.CSS_SELECTOR, "#game-pane img, #game-pane a, #game-pane script") == []
-    assert browser.find_elements(By.CSS_SELECTOR, ".heat span")  # log-prob heat strip
+    cells = browser.find_elements(By.CSS_SELECTOR, ".heat span")  # the log-prob heat strip, one cell a token
+    assert cells and cells[1].get_attribute("title").startswith("token 2: logprob ≈ -0.1")
 
     game = games[int(browser.find_element(By.CSS_SELECTOR, "#game-list tbody tr.current").get_attribute("data-index"))]
     assert browser.find_elements(By.CSS_SELECTOR, ".card.spy, .spy-badge, .spy-col") == []

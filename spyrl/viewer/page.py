@@ -15,6 +15,8 @@ import json
 from importlib import resources
 from typing import Any
 
+from spyrl.viewer.payload import LOGPROB_ALPHABET, LOGPROB_STEP
+
 __all__ = ["embed_json", "render_page"]
 
 _ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
@@ -51,7 +53,7 @@ def render_page(payload: dict[str, Any]) -> str:
         "@CSP@": csp,
         "@TITLE@": title,
         "@CSS@": _asset("viewer.css"),
-        "@DATA@": embed_json(payload),
+        "@DATA@": embed_json({**payload, "logprobs": {"alphabet": LOGPROB_ALPHABET, "step": LOGPROB_STEP}}),
         "@SCRIPT@": script,
     }
     # Markers are filled in template order, each searched only after the previous value, so a

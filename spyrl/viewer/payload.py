@@ -14,7 +14,9 @@ What the buffer does not record and is reconstructed here:
 - **The degradation operator**, named from that diff (:func:`degradation_of`); a run or a
   tournament that records ``degrade`` in its config overrides it.
 
-Per-token log-probabilities are kept rounded to 0.01. The buffer stores token ids but not token
+Per-token log-probabilities are kept as one character each, in steps of 0.1 nats down to -8.8
+(lower values are shown as -8.8: p < 0.00015 colours the same), which keeps an LLM buffer's page
+a few times smaller than decimal numbers would (:func:`encode_logprobs`). The buffer stores token ids but not token
 texts; with a tokenizer (``spyrl view --tokenizer``, or a run's latest checkpoint) each token is
 decoded alone, otherwise the page draws a heat strip over the log-prob values alone.
 """
@@ -38,7 +40,9 @@ __all__ = [
     "Decoder",
     "buffer_payload",
     "copy_spans",
+    "decode_logprobs",
     "degradation_of",
+    "encode_logprobs",
     "game_records",
     "input_kind",
     "load_tokenizer",
@@ -202,6 +206,33 @@ def degradation_of(source: str, spy_copy: str, spans: Sequence[Sequence[Any]]) -
     return "other"
 
 
+# ------------------------------------------------------------------- log-probs
+# Printable ASCII without the characters JSON or the page's escaping would lengthen (" \ < > &).
+LOGPROB_ALPHABET = "".join(c for c in map(chr, range(33, 127)) if c not in '"\\<>&')
+LOGPROB_STEP = 0.1
+
+
+def encode_logprobs(logprobs: Iterable[float]) -> str:
+    """One character per token: ``LOGPROB_ALPHABET[round(-logprob / 0.1)]``, clipped to the alphabet.
+
+    >>> encode_logprobs([0.0, -0.14, -2.0, -50.0, float("nan")])
+    '!#7~~'
+    >>> decode_logprobs(encode_logprobs([0.0, -0.14, -2.0]))
+    [0.0, -0.1, -2.0]
+    """
+    top = len(LOGPROB_ALPHABET) - 1
+    out = []
+    for value in logprobs:
+        level = round(-float(value) / LOGPROB_STEP) if math.isfinite(value) else top
+        out.append(LOGPROB_ALPHABET[min(max(level, 0), top)])
+    return "".join(out)
+
+
+def decode_logprobs(text: str) -> list[float]:
+    """The log-probs an :func:`encode_logprobs` string stands for (what the page shows)."""
+    return [round(-LOGPROB_ALPHABET.index(c) * LOGPROB_STEP, 1) for c in text]
+
+
 # -------------------------------------------------------------------- the games
 def _entry(row: Mapping[str, Any], decode: Decoder | None) -> dict[str, Any]:
     """One action of one player, compact."""
@@ -210,7 +241,7 @@ def _entry(row: Mapping[str, Any], decode: Decoder | None) -> dict[str, Any]:
         "r": [round(float(row[k] or 0.0), 4) for k in ("reward", "reward_detect", "reward_perform", "reward_penalty")],
     }
     if row["logprobs"]:
-        entry["lp"] = [round(float(x), 2) if math.isfinite(x) else -99.0 for x in row["logprobs"]]
+        entry["lp"] = encode_logprobs(row["logprobs"])
         ids = row["completion_token_ids"] or []
         if decode is not None and len(ids) == len(row["logprobs"]):
             entry["tok"] = decode(ids)

@@ -146,17 +146,24 @@
     node.appendChild(document.createTextNode(text.slice(pos)));
     return node;
   }
+  // Log-probs come one character per token (spyrl.viewer.payload.encode_logprobs).
+  var LP = DATA.logprobs, LP_FLOOR = -(LP.alphabet.length - 1) * LP.step;
+  function logprobs(code) {
+    var out = new Array(code.length);
+    for (var i = 0; i < code.length; i++) out[i] = -LP.alphabet.indexOf(code.charAt(i)) * LP.step;
+    return out;
+  }
   function heatColor(lp) {
-    var p = Math.exp(Math.max(lp, -20));
-    return "hsl(" + Math.round(p * 120) + ", 75%, " + (lp <= -99 ? 40 : 78) + "%)";
+    return "hsl(" + Math.round(Math.exp(lp) * 120) + ", 75%, " + (lp <= LP_FLOOR ? 45 : 78) + "%)";
   }
   function heatStrip(entry) {
     if (!entry.lp) return null;
     var strip = el("div", { className: "heat", title: entry.tok ? "" : "per-token log-probs (token texts not recorded; hover a cell)" });
-    entry.lp.forEach(function (lp, i) {
+    logprobs(entry.lp).forEach(function (lp, i) {
       var label = entry.tok ? entry.tok[i] : "";
+      var shown = (lp <= LP_FLOOR ? "≤ " : "≈ ") + lp.toFixed(1);
       var cell = el("span", { className: entry.tok ? "tok" : "cell", text: label,
-        title: "token " + (i + 1) + (entry.tok ? " " + JSON.stringify(label) : "") + ": logprob " + lp.toFixed(2) + ", p " + Math.exp(lp).toFixed(3) });
+        title: "token " + (i + 1) + (entry.tok ? " " + JSON.stringify(label) : "") + ": logprob " + shown + ", p " + Math.exp(lp).toFixed(3) });
       cell.style.background = heatColor(lp);
       strip.appendChild(cell);
     });
