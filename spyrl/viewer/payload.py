@@ -260,20 +260,14 @@ def game_records(
     *,
     decode: Decoder | None = None,
     degrade: str | None = None,
-    keep: Callable[[list[Mapping[str, Any]]], bool] | None = None,
     max_games: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Compact game records from buffer rows; source texts are added once to ``documents``.
-
-    ``keep`` selects games (all by default); at most ``max_games`` are returned.
-    """
+    """Compact game records (at most ``max_games``) from buffer rows; source texts go once into ``documents``."""
     games = []
     span_cache: dict[tuple[str, str], list[list[Any]]] = {}
     for rows_of_game in _games(rows):
         if max_games is not None and len(games) >= max_games:
             break
-        if keep is not None and not keep(rows_of_game):
-            continue
         first = rows_of_game[0]
         n_players = max(int(r["seat"]) for r in rows_of_game) + 1
         spy = int(first["spy_seat"])
