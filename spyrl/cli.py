@@ -1,4 +1,4 @@
-"""The ``spyrl`` command line: play, rollout, replay, tournament, baselines, train, plot, eval."""
+"""The ``spyrl`` command line: play, rollout, replay, view, tournament, baselines, train, plot, eval."""
 
 from __future__ import annotations
 
@@ -375,6 +375,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_view(args: argparse.Namespace) -> int:
+    from spyrl.viewer import write_page
+
+    try:
+        path = write_page(
+            args.input,
+            args.out,
+            tokenizer=args.tokenizer,
+            max_games=args.max_games,
+            games_per_iteration=args.games_per_iteration,
+        )
+    except (FileNotFoundError, ValueError) as e:  # a user mistake: one line, exit 2
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    console.print(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB); open it in a browser (works offline)")
+    return 0
+
+
 # ------------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spyrl", description="RLSVR / SpyRL: Who Is the Spy? over math documents")
@@ -401,6 +419,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=5, help="at most this many games")
     p.add_argument("--full", action="store_true")
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("view", help="one self-contained HTML page of a buffer, a training run or a tournament")
+    p.add_argument("input", help="an episode buffer (.parquet/.jsonl), a run folder or a tournament result")
+    p.add_argument("-o", "--out", default="spyrl-view.html", help="the HTML file to write")
+    p.add_argument(
+        "--tokenizer", default=None, help="tokenizer.json (or its folder) to show token texts in heat strips"
+    )
+    p.add_argument("--max-games", type=int, default=None, help="at most this many games of a buffer")
+    p.add_argument("--games-per-iteration", type=int, default=6, help="sample games per iteration of a run")
+    p.set_defaults(func=cmd_view)
 
     p = sub.add_parser("train", help="SpyRL GRPO training (presets: cpu-smoke, smollm2-cpu, qwen3-4b-paper)")
     p.add_argument("--preset", default="cpu-smoke", help="cpu-smoke, smollm2-cpu or qwen3-4b-paper")
