@@ -11,6 +11,7 @@ stopped on it.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -56,6 +57,20 @@ def resolve_dtype(dtype: Any, device: str):
         except KeyError as e:
             raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {dtype!r}") from e
     return dtype
+
+
+def _common_prefix(prompts: Sequence[Sequence[int]]) -> int:
+    """Length of the token prefix shared by every prompt, leaving each at least one token of its own.
+
+    >>> _common_prefix([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]])
+    2
+    """
+    first = prompts[0]
+    limit = min(len(p) for p in prompts) - 1
+    n = 0
+    while n < limit and all(p[n] == first[n] for p in prompts):
+        n += 1
+    return n
 
 
 class _SampledLogprobs:
@@ -145,6 +160,7 @@ class HFPolicy:
         abstain: bool = True,
         answer: str = "free",
         answer_tokens: int = 12,
+        share_prefix: bool = True,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -167,6 +183,7 @@ class HFPolicy:
         self.answer = answer
         self.answer_tokens = answer_tokens
         self._closing: frozenset[int] | None = None
+        self.share_prefix = share_prefix
         self._calls = 0
         eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
@@ -334,12 +351,25 @@ class HFPolicy:
         from transformers import LogitsProcessorList
 
         device = next(self.model.parameters()).device
-        width = max(len(p) for p in prompts)
+        # The prompts' common prefix (the system turn, at least) is encoded once and shared by every
+        # row through the KV cache; each row's own tokens follow it, padded on their left.
+        shared = _common_prefix(prompts) if self.share_prefix and len(prompts) > 1 else 0
+        shared = shared if shared >= 16 else 0
+        rests = [p[shared:] for p in prompts]
+        tail = max(len(r) for r in rests)
+        width = shared + tail
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):  # left padding
-            input_ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-            attention_mask[row, width - len(prompt) :] = 1
+        for row, (prompt, rest) in enumerate(zip(prompts, rests, strict=True)):
+            input_ids[row, :shared] = torch.tensor(prompt[:shared], dtype=torch.long)
+            input_ids[row, width - len(rest) :] = torch.tensor(rest, dtype=torch.long)
+            attention_mask[row, :shared] = 1
+            attention_mask[row, width - len(rest) :] = 1
+        cache = None
+        if shared:
+            with torch.inference_mode():
+                cache = self.model(input_ids=input_ids[:1, :shared].to(device), use_cache=True).past_key_values
+            cache.batch_repeat_interleave(len(prompts))
         if self.sampling.seed is not None:
             torch.manual_seed(self.sampling.seed + self._calls)
         self._calls += 1
@@ -347,10 +377,12 @@ class HFPolicy:
         processors: list[Any] = [recorder]  # first: it must see the raw logits
         if any(program is not None for program in programs):
             processors.append(_RunPrograms(programs, width))
-        with torch.inference_mode():
+        with torch.inference_mode(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*past_key_values.*", category=FutureWarning)  # renamed in v5
             sequences = self.model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
+                past_key_values=cache,
                 generation_config=self._generation_config(),
                 logits_processor=LogitsProcessorList(processors),
             )

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 
 import spy_env  # noqa: E402
 from agents import SamplingParams  # noqa: E402
-from agents.hf import HFPolicy  # noqa: E402
+from agents.hf import HFPolicy, _common_prefix  # noqa: E402
 from spy_env.runner import rollout  # noqa: E402
 
 
@@ -47,6 +47,7 @@ def test_logprobs_equal_a_teacher_forced_forward_pass(tiny_model_dir, sampling):
     obs = observations()
     actions = policy.act(obs)
     assert len({len(a.prompt_token_ids) for a in actions}) > 3  # really different lengths, so padding
+    assert _common_prefix([a.prompt_token_ids for a in actions]) >= 16  # a shared prefix, cached once
     for action in actions:
         assert len(action.logprobs) == len(action.completion_token_ids) > 0
         ref = teacher_forced(policy.model, action.prompt_token_ids, action.completion_token_ids)
