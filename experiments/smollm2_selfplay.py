@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save-model", default=None, help="also save each trained model under this folder")
     p.add_argument("--quick", action="store_true", help="a few-minute run of the same pipeline")
     args = p.parse_args(argv)
-    defaults = (1, 4, 1, 0) if args.quick else (5, 48, 1, 12)
+    defaults = (1, 4, 1, 0) if args.quick else (4, 32, 2, 8)
     for name, value in zip(("iterations", "eval_games", "eval_every", "default_games"), defaults, strict=True):
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -194,11 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     plot(results, out / "heldout_accuracy.png")
     for row in results["rows"]:
         base, final = row["evaluations"][0], row["evaluations"][-1]
-        print(
-            f"{row['row']}: expected accuracy {base['expected_accuracy']['mean']:.3f} -> "
-            f"{final['expected_accuracy']['mean']:.3f}, difference {row['difference']['expected_accuracy']}; "
-            f"greedy accuracy {base['detection_accuracy']['mean']:.3f} -> {final['detection_accuracy']['mean']:.3f}"
-        )
+        for metric in ("expected_accuracy", "detection_accuracy"):
+            d = row["difference"][metric]
+            print(
+                f"{row['row']}: {metric} {base[metric]['mean']:.3f} -> {final[metric]['mean']:.3f}, "
+                f"trained - base {d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] over {d['n']} games"
+            )
     print(f"wrote {out / 'results.json'} and {out / 'heldout_accuracy.png'} in {results['minutes']:.1f} min")
     return 0
 

@@ -17,6 +17,7 @@ __all__ = [
     "parse_vote",
     "shingles",
     "strip_think",
+    "vote_reasoning",
 ]
 
 # Characters a text observation may hold: tab/newline/CR, printable ASCII, and the rest of the
@@ -150,6 +151,15 @@ def parse_vote(text: str, n_players: int) -> VoteParse:
     if not 1 <= k <= n_players:
         return VoteParse(None, True, "out_of_range_vote")
     return VoteParse(k - 1, False, None)
+
+
+def vote_reasoning(text: str) -> str:
+    """A vote reply without its ``<think>`` part and its vote tags: the voter's stated reasons.
+
+    >>> vote_reasoning("Player 2 copied nothing from the text.\n<vote>2</vote>")
+    'Player 2 copied nothing from the text.'
+    """
+    return " ".join(_VOTE_TAG.sub(" ", strip_think(text)).split())
 
 
 def shingles(text: str, k: int) -> frozenset[int]:

