@@ -129,9 +129,7 @@ class _Trie:
     def step(self, token: int) -> bool:
         """Follow ``token``; True when an alternative has been completed."""
         self.live = [
-            i
-            for i in self.live
-            if self.position < len(self.sequences[i]) and self.sequences[i][self.position] == token
+            i for i in self.live if self.position < len(self.sequences[i]) and self.sequences[i][self.position] == token
         ]
         self.position += 1
         return any(len(self.sequences[i]) == self.position for i in self.live) or not self.live

@@ -243,9 +243,7 @@ class HFPolicy:
         if self._closing is None:
             vocab = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
             candidates = [i for i, t in enumerate(vocab) if t and "}" in t]
-            self._closing = frozenset(
-                i for i in candidates if self.tokenizer.decode([i]).lstrip().startswith("}")
-            )
+            self._closing = frozenset(i for i in candidates if self.tokenizer.decode([i]).lstrip().startswith("}"))
         return self._closing
 
     def program(self, observation: Observation) -> DecodeProgram | None:
@@ -254,7 +252,9 @@ class HFPolicy:
         if observation.get("stage") == 1:
             if self.vote_mode == "free":
                 return None
-            choices = {k: self._ids(k) for k in vote_choices(observation, self.abstain and self.vote_mode != "constrained")}
+            choices = {
+                k: self._ids(k) for k in vote_choices(observation, self.abstain and self.vote_mode != "constrained")
+            }
             if not choices:
                 return None
             thinking = self.vote_mode == "think-then-vote"

@@ -55,9 +55,7 @@ class Interval:
         return f"{self.mean:.3f} [{self.low:.3f}, {self.high:.3f}]"
 
 
-def bootstrap(
-    values: Sequence[float], *, resamples: int = 2000, confidence: float = 0.95, seed: int = 0
-) -> Interval:
+def bootstrap(values: Sequence[float], *, resamples: int = 2000, confidence: float = 0.95, seed: int = 0) -> Interval:
     """Mean of ``values`` (NaNs dropped) with a percentile bootstrap interval.
 
     >>> bootstrap([1.0, 1.0, 1.0]).to_dict()

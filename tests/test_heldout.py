@@ -81,4 +81,6 @@ def test_bootstrap_interval_covers_the_mean_and_shrinks_with_more_games():
     assert small.low < 0.5 < small.high and large.low < 0.5 < large.high
     assert large.high - large.low < small.high - small.low
     with pytest.raises(ValueError, match="same games"):
-        paired_difference([{"document_id": "a", "game_seed": 1, "x": 1}], [{"document_id": "b", "game_seed": 1, "x": 0}], "x")
+        paired_difference(
+            [{"document_id": "a", "game_seed": 1, "x": 1}], [{"document_id": "b", "game_seed": 1, "x": 0}], "x"
+        )

@@ -20,6 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
+from agents.decoding import vote_regex  # noqa: E402
 from agents.hf import HFPolicy  # noqa: E402
 from agents.sampling import SamplingParams  # noqa: E402
 from spy_env.buffer import EpisodeBuffer  # noqa: E402
@@ -29,8 +30,6 @@ from trainers.vllm_engine import (  # noqa: E402
     actions_from_generation,
     vllm_generation_kwargs,
 )
-
-from agents.decoding import vote_regex  # noqa: E402
 
 
 @pytest.fixture(scope="module")

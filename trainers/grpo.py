@@ -814,7 +814,9 @@ def length_metrics(rows: Sequence[dict]) -> dict[str, float]:
         out[f"lengths/{stage}_prompt_tokens"] = float(np.mean([len(r["prompt_token_ids"]) for r in llm]))
         out[f"lengths/{stage}_completion_tokens"] = float(np.mean([len(r["completion_token_ids"]) for r in llm]))
         out[f"lengths/{stage}_scored_tokens"] = float(
-            np.mean([sum(r["completion_mask"]) if r["completion_mask"] else len(r["completion_token_ids"]) for r in llm])
+            np.mean(
+                [sum(r["completion_mask"]) if r["completion_mask"] else len(r["completion_token_ids"]) for r in llm]
+            )
         )
     return out
 

@@ -21,7 +21,6 @@ count tokens). vLLM does not say which tokens the pattern forced, so every token
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from typing import Any
 
