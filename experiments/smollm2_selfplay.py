@@ -65,7 +65,9 @@ def evaluate(trainer: SpyRLTrainer, games: int, seed: int, config: GameConfig | 
 
 
 def run_row(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    overrides = {**ROWS[name], "iterations": args.iterations, "output_dir": str(Path(args.runs) / name)}
+    overrides = {**ROWS[name], "output_dir": str(Path(args.runs) / name)}
+    if args.iterations is not None:
+        overrides["iterations"] = args.iterations
     if args.quick:
         overrides.update(documents_per_iteration=2, games_per_document=2, progress=False)
     config = SpyRLConfig.preset("smollm2-selfplay", **overrides).with_overrides(args.set)
@@ -157,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/experiment", help="folder for results.json and heldout_accuracy.png")
     p.add_argument("--runs", default=None, help="folder of the training runs (default: OUT/runs)")
     p.add_argument("--rows", default="selfplay,heuristic", help=f"comma-separated rows: {sorted(ROWS)}")
-    p.add_argument("--iterations", type=int, default=None)
+    p.add_argument("--iterations", type=int, default=None, help="training iterations (default: the preset's)")
     p.add_argument("--eval-games", type=int, default=None, help="held-out games per evaluation")
     p.add_argument("--eval-every", type=int, default=None)
     p.add_argument("--default-games", type=int, default=None, help="games of the default setting (0: skip)")
@@ -166,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save-model", default=None, help="also save each trained model under this folder")
     p.add_argument("--quick", action="store_true", help="a few-minute run of the same pipeline")
     args = p.parse_args(argv)
-    defaults = (1, 4, 1, 0) if args.quick else (4, 32, 2, 8)
+    defaults = (1, 4, 1, 0) if args.quick else (None, 32, 1, 8)  # iterations None: the preset's
     for name, value in zip(("iterations", "eval_games", "eval_every", "default_games"), defaults, strict=True):
         if getattr(args, name) is None:
             setattr(args, name, value)

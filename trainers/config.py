@@ -357,20 +357,20 @@ PRESETS: dict[str, dict[str, Any]] = {
         "game": {"n_players": 5, "max_document_chars": 1500},
         "output_dir": "runs/smollm2-cpu",
     },
-    # SmolLM2 learns to detect the spy on CPU within the hour (experiments/smollm2_selfplay.py): an eased
+    # SmolLM2 learning to detect the spy on CPU within the hour (experiments/smollm2_selfplay.py): an eased
     # game (3 players, the spy gets no text, 600-character documents), votes constrained to a seat
-    # with only the seat token scored, one on-policy update per iteration over the last 8 blocks.
+    # with only the seat token scored, one on-policy full-model update per iteration (DESIGN §11's pilot).
     "smollm2-selfplay": {
         "model": "smollm2",
         "dtype": "float32",
         "device": "cpu",
         "documents_per_iteration": 8,
-        "games_per_document": 2,
+        "games_per_document": 4,
         "updates_per_iteration": 1,
         "micro_batch_size": 8,
-        "learning_rate": 1e-5,
+        "learning_rate": 5e-6,
         "beta": 0.0,
-        "iterations": 4,
+        "iterations": 3,
         "max_prompt_tokens": 2048,
         "max_completion_tokens": 40,
         "temperature": 1.0,
@@ -378,9 +378,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "vote_mode": "constrained",
         "answer": "boxed",
         "answer_tokens": 6,
-        "train_top_layers": 8,
         "stage_schedule": "detect",
-        "checkpoint_every": 4,
+        "checkpoint_every": 3,
         "game": {"n_players": 3, "degrade": "blank", "max_document_chars": 600},
         "output_dir": "runs/smollm2-selfplay",
     },
