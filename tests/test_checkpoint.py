@@ -184,8 +184,16 @@ def test_saving_non_finite_weights_is_refused(trained_run):
         (lambda f: (f.parent / "latest").write_text("../../etc"), "does not name a checkpoint"),
         (lambda f: shutil.rmtree(f.parent), "no checkpoint to resume from"),
     ],
-    ids=["truncated-state", "missing-state", "missing-tensors", "no-manifest", "bad-manifest", "latest-nowhere",
-         "latest-escapes", "empty-run"],  # fmt: skip
+    ids=[
+        "truncated-state",
+        "missing-state",
+        "missing-tensors",
+        "no-manifest",
+        "bad-manifest",
+        "latest-nowhere",
+        "latest-escapes",
+        "empty-run",
+    ],
 )
 def test_damaged_checkpoints_are_one_line_errors(run, damage, message):
     """Finding 4 (checkpoint cases): each was a traceback; now ``error: ...`` and exit code 2."""
