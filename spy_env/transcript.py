@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
+from spy_env.display import terminal_safe
+
 if TYPE_CHECKING:
     from spy_env.game import Game
 
@@ -25,7 +27,7 @@ def transcript(game: Game, *, full: bool = False) -> Text:
     """
     limit = 10**9 if full else _PREVIEW_CHARS
     out = Text()
-    out.append(f"Who Is the Spy? — document {game.document.id}", style="bold")
+    out.append(f"Who Is the Spy? — document {terminal_safe(game.document.id)}", style="bold")
     out.append(f"  ({game.n_players} players, task {game.task.name}, degrade {game.degraded.operator})\n")
     for log in game.log:
         out.append(f"\n── Round {log.round + 1}: performances ──\n", style="bold cyan")
@@ -34,7 +36,7 @@ def transcript(game: Game, *, full: bool = False) -> Text:
             out.append(f"Player {seat + 1}", style="bold")
             if perf.violations:
                 out.append(f"  [{', '.join(perf.violations)}]", style="yellow")
-            out.append("\n" + _clip(perf.shown, limit) + "\n")
+            out.append("\n" + terminal_safe(_clip(perf.shown, limit)) + "\n")
         if log.votes:
             out.append(f"\n── Round {log.round + 1}: votes ──\n", style="bold cyan")
         for seat in sorted(log.votes):
