@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import shutil
 from collections.abc import Mapping
@@ -30,6 +29,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from spy_env.io import pid_alive
 
 __all__ = [
     "MANIFEST_FILE",
@@ -87,18 +88,8 @@ def remove_stale_staging(root: Path) -> None:
         return
     for folder in root.glob(".tmp_iter_*_*"):
         pid = folder.name.rsplit("_", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
 
 
 def open_checkpoint(root: Path, path: str) -> Path:
