@@ -62,6 +62,11 @@ def _add_game_args(p: argparse.ArgumentParser, default_agent: str = "heuristic")
     s.add_argument("--top-p", type=float, default=1.0)
     s.add_argument("--max-new-tokens", type=int, default=128)
     s.add_argument("--batch-size", type=int, default=16, help="generation batch size of local models")
+    a.add_argument(
+        "--allow-forfeits",
+        action="store_true",
+        help="exit 0 even when an agent forfeited every action (otherwise 3: its backend is down)",
+    )
 
 
 def _game_config(args: argparse.Namespace) -> GameConfig:
@@ -164,6 +169,31 @@ def _seat_policies(args: argparse.Namespace, n_players: int) -> list[Any]:
     return [cache[spec] for spec in specs]
 
 
+def _report_forfeits(rows: Sequence[dict[str, Any]], args: argparse.Namespace) -> int:
+    """Say which agents forfeited actions (failed backend calls) and why; 3 when an agent forfeited
+    every action (a dead backend), unless ``--allow-forfeits``."""
+    from spy_env.metrics import forfeits_by_agent
+    from spy_env.runner import safe_reason
+
+    code = 0
+    for name, f in forfeits_by_agent(rows).items():
+        every = f["forfeits"] == f["actions"]
+        errors.print(
+            f"[yellow]warning:[/yellow] agent {markup_safe(name)} forfeited {f['forfeits']} of {f['actions']} "
+            f"actions ({markup_safe(safe_reason(f['reason']))})",
+            highlight=False,
+            soft_wrap=True,
+        )
+        if every and not args.allow_forfeits:
+            errors.print(
+                f"[red]error:[/red] agent {markup_safe(name)} forfeited every action; pass --allow-forfeits to accept",
+                highlight=False,
+                soft_wrap=True,
+            )
+            code = 3
+    return code
+
+
 def _results_table(rows: Sequence[dict[str, Any]], n_players: int) -> Table:
     table = Table(title="Results")
     for col in (
@@ -224,7 +254,7 @@ def cmd_play(args: argparse.Namespace) -> int:
     if args.out:
         buffer.save(args.out)
         console.print(f"episode buffer written to {markup_safe(args.out)}")
-    return 0
+    return _report_forfeits(buffer.rows, args)
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
@@ -240,7 +270,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     metrics = game_metrics(buffer)
     console.print(f"{len(buffer)} rows from {args.games} games written to {markup_safe(path)}")
     console.print(json.dumps({k: round(v, 4) for k, v in metrics.items()}, indent=2))
-    return 0
+    return _report_forfeits(buffer.rows, args)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -314,11 +344,18 @@ def cmd_tournament(args: argparse.Namespace) -> int:
         raise ValueError(f"--agents lists an agent twice: {args.agents!r}")
     check_output_dir(args.out, TOURNAMENT_FILES, overwrite=args.overwrite, flag="--out")
     policies = {name: _load_agent(name, args) for name in names}
-    result = run_tournament(policies, args.games, config=config, seed=args.seed, progress=not args.quiet)
+    result = run_tournament(
+        policies,
+        args.games,
+        config=config,
+        seed=args.seed,
+        progress=not args.quiet,
+        max_forfeit_rate=args.max_forfeit_rate,
+    )
     paths = result.save(args.out)
     print(terminal_safe(result.table()))
     console.print(f"written to {markup_safe(args.out)}: " + ", ".join(p.name for p in paths.values()))
-    return 0
+    return _report_forfeits(result.buffer.rows, args)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -401,10 +438,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.game:
         from spyrl.evaluation import game_evaluation
 
-        result = game_evaluation(policy, args.model, args.games, seed=args.seed, config=_game_config(args))
+        result = game_evaluation(
+            policy,
+            args.model,
+            args.games,
+            seed=args.seed,
+            config=_game_config(args),
+            max_forfeit_rate=args.max_forfeit_rate,
+        )
         result.save(args.out_dir)
         print(terminal_safe(result.table()))
-        return 0
+        return _report_forfeits(result.buffer.rows, args)
     names = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
     decoding = {
         "temperature": args.temperature,
@@ -439,6 +483,15 @@ def _read_results(path: str) -> dict[str, Any]:
 # ------------------------------------------------------------------------------- main
 def _add_overwrite(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace existing output files")
+
+
+def _add_max_forfeit_rate(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--max-forfeit-rate",
+        type=float,
+        default=0.5,
+        help="agents that forfeit a larger share of their actions are flagged and not ranked",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -514,6 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--games", type=int, default=60)
     p.add_argument("--out-dir", default="runs/eval-game", help="output folder of --game")
     _add_overwrite(p)
+    _add_max_forfeit_rate(p)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("tournament", help="mixed tables of agents: per-agent metrics, ratings, chart")
@@ -522,6 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--games", type=int, default=60, help="number of games; every agent sits at every game")
     p.add_argument("--out", default="runs/tournament", help="output folder")
     _add_overwrite(p)
+    _add_max_forfeit_rate(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_tournament)
 
