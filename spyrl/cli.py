@@ -41,7 +41,7 @@ def _add_game_args(p: argparse.ArgumentParser, default_agent: str = "heuristic")
         help="'embedded', 'nemotron[:CONFIG]', 'hf:ID[:CONFIG]' or a path",
     )
     g.add_argument("--max-documents", type=int, default=None)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=_seed, default=0)
     a = p.add_argument_group("agents")
     a.add_argument(
         "--agent",
@@ -67,6 +67,13 @@ def _add_game_args(p: argparse.ArgumentParser, default_agent: str = "heuristic")
         action="store_true",
         help="exit 0 even when an agent forfeited every action (otherwise 3: its backend is down)",
     )
+
+
+def _seed(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a seed is an integer >= 0, got {value}")
+    return value
 
 
 def _game_config(args: argparse.Namespace) -> GameConfig:
@@ -475,8 +482,12 @@ def _read_results(path: str) -> dict[str, Any]:
         raise ValueError(f"results file {path} is not UTF-8 text") from e
     except json.JSONDecodeError as e:
         raise ValueError(f"results file {path} is not JSON ({e})") from e
-    if not isinstance(results, dict):
-        raise ValueError(f"results file {path} does not hold a results object")
+    entries = results.get("results") if isinstance(results, dict) else None
+    if not isinstance(entries, dict) or not all(
+        isinstance(r, dict) and all(isinstance(r.get(k), (int, float)) for k in ("accuracy", "n", "k"))
+        for r in entries.values()
+    ):
+        raise ValueError(f"results file {path} is not a saved `spyrl eval` result (no results of accuracy, n, k)")
     return results
 
 
@@ -585,7 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--players", type=int, default=5)
     p.add_argument("--degrade", default="all", help="'all' or a comma-separated list")
     p.add_argument("--agents", default="heuristic,random")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_seed, default=0)
     p.set_defaults(func=cmd_baselines)
     for command in sub.choices.values():  # also after the command; SUPPRESS keeps the top-level value
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
