@@ -38,7 +38,7 @@ __all__ = [
     "TENSORS_FILE",
     "CheckpointError",
     "check_finite_files",
-    "check_finite_model",
+    "first_non_finite",
     "open_checkpoint",
     "optimizer_from_flat",
     "optimizer_to_flat",
@@ -165,12 +165,13 @@ def check_finite_files(folder: Path) -> None:
             raise CheckpointError(f"{path} is not a readable safetensors file ({e})") from e
 
 
-def check_finite_model(model: torch.nn.Module) -> None:
-    """Raise :class:`CheckpointError` when a parameter is NaN or infinite (never save such weights)."""
+def first_non_finite(model: torch.nn.Module) -> str | None:
+    """The name of the first parameter (of this process's share) holding NaN or inf, else None."""
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.is_floating_point() and not bool(torch.isfinite(p).all()):
-                raise CheckpointError(f"parameter {name} is not finite; the checkpoint is not written")
+                return name
+    return None
 
 
 # ------------------------------------------------------------------------ state as data

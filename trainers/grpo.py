@@ -618,8 +618,15 @@ class SpyRLTrainer:
         main = self.accelerator.is_main_process
         # one staging folder for every process (they all write into it), renamed into place at the end
         tmp = root / f".tmp_iter_{self.iteration:05d}{'' if self.distributed else f'_{os.getpid()}'}"
+        bad = ckpt.first_non_finite(self.unwrapped)  # never write NaN weights over the run
+        # every process decides together (each may hold only a shard), so none waits for the others forever
+        if self.distributed and self._all_reduce([float(bad is not None)])[0] and bad is None:
+            bad = "a parameter of another process"
+        if bad is not None:
+            raise ckpt.CheckpointError(
+                f"parameter {bad} is not finite; checkpoint iter_{self.iteration:05d} not written"
+            )
         if main:
-            ckpt.check_finite_model(self.unwrapped)  # never write NaN weights over the run
             ckpt.remove_stale_staging(root)
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
