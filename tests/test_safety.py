@@ -234,3 +234,15 @@ def test_eval_game_does_not_rank_a_dead_agent(tmp_path, capsys):
     assert table[-1].startswith(f"| {dead} | not ranked")  # listed last, unrated
     summary = json.loads((tmp_path / "ev" / "summary.json").read_text())
     assert dead in summary["unranked"] and dead not in summary["ratings"]
+
+
+def test_tournament_flags_a_dead_agent_and_exits_non_zero(tmp_path, capsys):
+    """Finding 10: ``tournament`` against an unreachable server exited 0 without a word."""
+    pytest.importorskip("httpx")
+    pytest.importorskip("openskill")
+    dead = f"openai:m@{_dead_url()}"
+    argv = ["tournament", "--agents", f"heuristic,{dead}", "--games", "2", "--players", "3", "--quiet",
+            "--out", str(tmp_path / "t")]  # fmt: skip
+    assert main(argv) == 3
+    captured = capsys.readouterr()
+    assert "not ranked" in captured.out and "forfeited every action" in captured.err
