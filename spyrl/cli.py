@@ -57,16 +57,16 @@ def _add_game_args(p: argparse.ArgumentParser, default_agent: str = "heuristic")
         metavar="K=SPEC",
         help="agent of seat K (1-based), e.g. --seat 1=random; repeatable",
     )
-    s = p.add_argument_group("LLM sampling")
-    s.add_argument("--temperature", type=float, default=0.7)
-    s.add_argument("--top-p", type=float, default=1.0)
-    s.add_argument("--max-new-tokens", type=int, default=128)
-    s.add_argument("--batch-size", type=int, default=16, help="generation batch size of local models")
     a.add_argument(
         "--allow-forfeits",
         action="store_true",
         help="exit 0 even when an agent forfeited every action (otherwise 3: its backend is down)",
     )
+    s = p.add_argument_group("LLM sampling")
+    s.add_argument("--temperature", type=float, default=0.7)
+    s.add_argument("--top-p", type=float, default=1.0)
+    s.add_argument("--max-new-tokens", type=int, default=128)
+    s.add_argument("--batch-size", type=int, default=16, help="generation batch size of local models")
 
 
 def _seed(text: str) -> int:
@@ -296,7 +296,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
             console.print(f"... {len(games) - shown} more games (use --limit)")
             break
         n_players = max(r["seat"] for r in rows) + 1
-        spy = rows[0]["spy_seat"]
         console.rule(f"game {game_id} (run {markup_safe(run_id)}) · document {markup_safe(rows[0]['document_id'])}")
         for row in rows:
             who = f"Player {row['seat'] + 1}"
@@ -307,6 +306,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             else:
                 target = "N/A" if row["vote"] < 0 else f"Player {row['vote'] + 1}"
                 console.print(f"[bold]{who}[/bold] votes {target}")
+        spy = rows[0]["spy_seat"]
         verdict = "caught" if rows[0]["spy_caught"] else "survived"
         console.print(f"[bold red]The spy was Player {spy + 1}; it {verdict}.[/bold red]")
         console.print(_results_table(rows, n_players))
