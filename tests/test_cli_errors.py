@@ -312,7 +312,6 @@ def _argv(draw, root: Path) -> tuple[list[str], str]:
     return argv, out
 
 
-@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_fuzzed_commands_exit_0_or_2_and_write_only_their_outputs(data):
