@@ -66,7 +66,12 @@ def load(spec: str, *, seed: int | None = None, sampling: SamplingParams | None 
 
         return smollm2.load(sampling=sampling, **kwargs)
     if kind == "hf" and arg:
+        from pathlib import Path
+
         from agents.hf import HFPolicy
+
+        if arg.startswith(("/", "./", "../", "~")) and not Path(arg).expanduser().is_dir():
+            raise ValueError(f"agent spec {spec!r}: model folder {arg!r} does not exist")
 
         return HFPolicy.from_pretrained(arg, sampling=sampling, **kwargs)
     if kind == "vllm" and arg:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+from spy_env.display import terminal_safe
 from spy_env.policy import Observation
 
 __all__ = ["HumanPolicy"]
@@ -32,7 +33,8 @@ class HumanPolicy:
             from rich.console import Console
 
             console = Console()
-            print_fn = lambda text: console.print(text, markup=False, highlight=False)  # noqa: E731
+            # the prompt holds other players' text: shown, never obeyed as escapes or markup
+            print_fn = lambda text: console.print(terminal_safe(text), markup=False, highlight=False)  # noqa: E731
         self.print_fn = print_fn
 
     def act(self, observations: Sequence[Observation]) -> list[str]:

@@ -84,7 +84,7 @@ def agent_metrics(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, floa
     return out
 
 
-def _ratings(buffer: EpisodeBuffer) -> dict[str, dict[str, float]]:
+def _ratings(buffer: EpisodeBuffer, exclude: frozenset[str] = frozenset()) -> dict[str, dict[str, float]]:
     try:
         from openskill.models import PlackettLuce
     except ImportError as e:
@@ -96,6 +96,8 @@ def _ratings(buffer: EpisodeBuffer) -> dict[str, dict[str, float]]:
         per_seat: dict[int, float] = defaultdict(float)
         names: dict[int, str] = {}
         for row in rows:
+            if row["agent_name"] in exclude:  # unrated: its forfeits say nothing about the others
+                continue
             per_seat[row["seat"]] += row["reward"]
             names[row["seat"]] = row["agent_name"]
         for seat, total in per_seat.items():
@@ -118,22 +120,24 @@ class TournamentResult:
     metrics: dict[str, dict[str, float]]
     ratings: dict[str, dict[str, float]]
     config: dict[str, Any] = field(default_factory=dict)
+    unranked: dict[str, float] = field(default_factory=dict)  # agent -> forfeit rate above the limit
 
     def table(self) -> str:
-        """A Markdown table, best rating first."""
+        """A Markdown table, best rating first; agents that forfeited too often come last, unranked."""
         lines = [
             "| agent | rating (ordinal) | detection accuracy | spy caught | N/A rate | violation rate "
             "| reward as civilian | reward as spy | games as spy |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
-        order = sorted(self.metrics, key=lambda a: -self.ratings.get(a, {}).get("ordinal", -1e9))
+        order = sorted(self.metrics, key=lambda a: (a in self.unranked, -self.ratings.get(a, {}).get("ordinal", -1e9)))
         for name in order:
             m = self.metrics[name]
             civ = m.get("reward/civilian_perform", 0.0) + m.get("reward/civilian_vote", 0.0)
             spy = m.get("reward/spy_perform", 0.0) + m.get("reward/spy_vote", 0.0)
             rating = self.ratings.get(name, {}).get("ordinal", float("nan"))
+            shown = f"not ranked: {m['forfeit_rate']:.0%} forfeited" if name in self.unranked else f"{rating:.2f}"
             lines.append(
-                f"| {name} | {rating:.2f} | {m['detection_accuracy']:.3f} | {m['spy_caught_rate']:.3f} "
+                f"| {name} | {shown} | {m['detection_accuracy']:.3f} | {m['spy_caught_rate']:.3f} "
                 f"| {m['na_rate']:.3f} | {m['violation_rate']:.3f} | {civ:+.3f} | {spy:+.3f} | {int(m['games_as_spy'])} |"
             )
         return "\n".join(lines)
@@ -143,7 +147,7 @@ class TournamentResult:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         paths = {"buffer": self.buffer.save(out / "games.parquet")}
-        summary = {"config": self.config, "metrics": self.metrics, "ratings": self.ratings}
+        summary = {"config": self.config, "metrics": self.metrics, "ratings": self.ratings, "unranked": self.unranked}
         paths["summary"] = write_text(out / "summary.json", json.dumps(summary, indent=2, default=str))
         paths["chart"] = self._chart(out / "chart.png")
         return paths
@@ -177,8 +181,13 @@ def run_tournament(
     config: GameConfig | None = None,
     seed: int = 0,
     progress: bool = False,
+    max_forfeit_rate: float = 0.5,
 ) -> TournamentResult:
-    """Play ``num_games`` mixed-table games between ``policies`` (name -> policy)."""
+    """Play ``num_games`` mixed-table games between ``policies`` (name -> policy).
+
+    An agent whose share of forfeited actions (failed policy calls) exceeds ``max_forfeit_rate``
+    is not rated and is listed as unranked: a dead backend must not rank, let alone first.
+    """
     config = config or GameConfig()
     names = list(policies)
     schedule = seat_schedule(names, config.n_players, num_games, seed)
@@ -186,9 +195,12 @@ def run_tournament(
     buffer = runner.run(lambda g: [policies[name] for name in schedule[g]], num_games, seed=seed, progress=progress)
     for row in buffer:  # name rows by the tournament's keys (two policies may share a name)
         row["agent_name"] = schedule[row["game_id"]][row["seat"]]
+    metrics = agent_metrics(buffer.rows)
+    unranked = {n: m["forfeit_rate"] for n, m in metrics.items() if m["forfeit_rate"] > max_forfeit_rate}
     return TournamentResult(
         buffer=buffer,
-        metrics=agent_metrics(buffer.rows),
-        ratings=_ratings(buffer),
+        metrics=metrics,
+        ratings=_ratings(buffer, exclude=frozenset(unranked)),
         config={"agents": names, "num_games": num_games, "seed": seed, **config.to_dict()},
+        unranked=unranked,
     )

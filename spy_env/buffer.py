@@ -7,6 +7,8 @@ violations, and the game's truth (spy seat, role) once the game is over.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -134,9 +136,30 @@ class EpisodeBuffer:
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"episode buffer {str(path)!r} does not exist")
+        if not path.is_file():
+            raise ValueError(f"episode buffer {str(path)!r} is not a file")
+        if path.stat().st_size == 0:
+            raise ValueError(f"episode buffer {str(path)!r} is empty")
         builder = "parquet" if _kind(path) == "parquet" else "json"
-        dataset = load_dataset(builder, data_files=str(path), split="train", features=features())
+        try:
+            with _quiet("datasets"):  # its own log line would repeat the error below
+                dataset = load_dataset(builder, data_files=str(path), split="train", features=features())
+        except Exception as e:  # whatever the parser throws, the file is the problem, not the caller
+            cause = e.__cause__ or e
+            reason = " ".join(f"{type(cause).__name__}: {cause}".split())[:300]
+            raise ValueError(f"episode buffer {str(path)!r} is not a readable {builder} file ({reason})") from e
         return cls.from_dataset(dataset)
+
+
+@contextlib.contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    log = logging.getLogger(name)
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def _kind(path: Path) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -24,6 +24,34 @@ def coerce_floats(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
             with contextlib.suppress(ValueError):  # not a number: validation names the field
                 out[name] = float(out[name])
     return out
+
+
+_TYPE_CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "float": ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "dict": ("a mapping", lambda v: isinstance(v, Mapping)),
+    "list": ("a list", lambda v: isinstance(v, list)),
+    "None": ("None", lambda v: v is None),
+}
+
+
+def check_types(config: Any) -> None:
+    """Raise ``ValueError`` naming the first field whose value does not have its annotated type.
+
+    Runs before range checks, so ``"abc"``, ``1.5`` or ``True`` for an ``int`` field, or a list for
+    a ``str`` field, is refused by name instead of failing later (after side effects). Annotations
+    this does not understand (``Mapping[str, str]``, ...) are left to the field's own validation.
+    """
+    for f in fields(config):
+        parts = [part.strip() for part in str(f.type).split("|")]
+        if not all(part in _TYPE_CHECKS for part in parts):
+            continue
+        value = getattr(config, f.name)
+        if not any(_TYPE_CHECKS[part][1](value) for part in parts):
+            expected = " or ".join(_TYPE_CHECKS[part][0] for part in parts)
+            raise ValueError(f"{type(config).__name__}.{f.name} must be {expected}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -108,6 +136,8 @@ class GameConfig:
     def __post_init__(self) -> None:
         def bad(name: str, allowed: str) -> ValueError:
             return ValueError(f"GameConfig.{name} must be {allowed}, got {getattr(self, name)!r}")
+
+        check_types(self)
 
         if self.task not in TASKS:
             raise bad("task", f"one of {sorted(TASKS)}")

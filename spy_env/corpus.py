@@ -19,7 +19,7 @@ import hashlib
 import json
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -161,7 +161,8 @@ def documents_from_rows(
 ) -> tuple[list[Document], CorpusStats]:
     """Turn raw rows into documents, skipping broken ones; raise if none is usable.
 
-    A row is skipped (and counted) when it is not a mapping (``not_a_row``), its ``text`` is
+    A row is skipped (and counted) when it is a JSON line that does not parse (``bad_json``), not
+    a mapping (``not_a_row``), its ``text`` is
     missing or not a string (``no_text``), blank (``empty``), outside the length bounds
     (``too_short``/``too_long``) or a duplicate (``duplicate``).
     """
@@ -172,6 +173,9 @@ def documents_from_rows(
     for i, row in enumerate(rows):
         if max_documents is not None and len(docs) >= max_documents:
             break
+        if isinstance(row, _BadRow):
+            stats.skipped["bad_json"] += 1
+            continue
         if not isinstance(row, Mapping):
             stats.skipped["not_a_row"] += 1
             continue
@@ -209,8 +213,9 @@ def documents_from_rows(
     stats.kept = len(docs)
     if not docs:
         raise ValueError(f"{source} has no usable document ({stats})")
-    if stats.skipped:
-        logger.info("%s: %s", source, stats)
+    if stats.skipped:  # broken rows deserve a word; filtered ones (length, duplicates) are routine
+        broken = {"bad_json", "not_a_row", "no_text"} & set(stats.skipped)
+        logger.log(logging.WARNING if broken else logging.INFO, "%s: %s", source, stats)
     return docs, stats
 
 
@@ -238,7 +243,9 @@ def load_local(
 ) -> list[Document]:
     """Documents from a local ``.parquet``/``.jsonl``/``.json`` file or a folder of them.
 
-    Loaded with ``datasets.load_dataset`` (streaming), the same code path as hub corpora.
+    Parquet goes through ``datasets.load_dataset`` (streaming), the same code path as hub
+    corpora; JSON lines are read line by line, so a malformed line is skipped and counted
+    (``bad_json``) instead of failing the file. An empty file is an error.
     """
     path = Path(path)
     if not path.exists():
@@ -255,8 +262,44 @@ def load_local(
             f"found {sorted(by_kind) or 'none'}"
         )
     [(kind, data_files)] = by_kind.items()
-    stream = _datasets().load_dataset(kind, data_files=data_files, split="train", streaming=True)
-    return documents_from_rows(stream, filt, max_documents=max_documents, source=str(path))[0]
+    if kind == "json":
+        # Read line by line, not through datasets: there one malformed line fails the whole file.
+        rows = _json_rows([Path(f) for f in data_files])
+        return documents_from_rows(rows, filt, max_documents=max_documents, source=str(path))[0]
+    try:
+        stream = _datasets().load_dataset(kind, data_files=data_files, split="train", streaming=True)
+        return documents_from_rows(stream, filt, max_documents=max_documents, source=str(path))[0]
+    except ValueError:
+        raise
+    except Exception as e:  # a corrupt parquet file: name it, whatever pyarrow raised
+        raise ValueError(f"corpus {str(path)!r} cannot be read ({type(e).__name__}: {e})") from e
+
+
+class _BadRow:
+    """A JSON line that does not parse; :func:`documents_from_rows` counts it as ``bad_json``."""
+
+
+def _json_rows(files: Sequence[Path]) -> Iterator[Any]:
+    """Rows of JSONL files (a ``.json`` file holding one array also works); a line that is not
+    JSON yields a :class:`_BadRow` so it is skipped and counted, not fatal."""
+    for file in files:
+        data = file.read_bytes()
+        if not data.strip():
+            raise ValueError(f"corpus file {str(file)!r} is empty")
+        if data.lstrip()[:1] == b"[":  # a JSON array, not JSON lines
+            try:
+                rows = json.loads(data)
+            except (ValueError, UnicodeDecodeError) as e:
+                raise ValueError(f"corpus file {str(file)!r} is not valid JSON ({e})") from e
+            yield from rows if isinstance(rows, list) else [rows]
+            continue
+        for line in data.splitlines():
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                yield _BadRow()
 
 
 def load_hub(

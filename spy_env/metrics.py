@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["game_metrics"]
+__all__ = ["forfeits_by_agent", "game_metrics"]
 
 
 def game_metrics(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
@@ -52,3 +52,21 @@ def game_metrics(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     for family in sorted(reward_sums):
         out[family] = reward_sums[family] / reward_counts[family]
     return out
+
+
+def forfeits_by_agent(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per ``agent_name``: ``actions``, ``forfeits`` (rows whose policy call failed) and the first
+    failure's ``reason``, for agents with at least one forfeit.
+
+    >>> rows = [{"agent_name": "a", "error": ""}, {"agent_name": "b", "error": "down"}]
+    >>> forfeits_by_agent(rows)
+    {'b': {'actions': 1, 'forfeits': 1, 'reason': 'down'}}
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        entry = out.setdefault(row["agent_name"], {"actions": 0, "forfeits": 0, "reason": ""})
+        entry["actions"] += 1
+        if row["error"]:
+            entry["forfeits"] += 1
+            entry["reason"] = entry["reason"] or row["error"]
+    return {name: entry for name, entry in out.items() if entry["forfeits"]}

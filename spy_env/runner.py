@@ -11,12 +11,15 @@ each seat's performing prompt is identical across the group (exchangeable GRPO g
 
 A policy that raises, or returns the wrong number of actions, forfeits those seats: they
 act with an empty string (a recorded violation) and the row's ``error`` says why. The batch
-goes on.
+goes on; the first failure of each policy in a run is logged as a warning with its reason
+(made terminal-safe, credentials redacted), and :func:`spy_env.metrics.forfeits_by_agent`
+summarises the forfeits of a buffer.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -27,6 +30,7 @@ import numpy as np
 from spy_env.buffer import EpisodeBuffer
 from spy_env.config import GameConfig
 from spy_env.corpus import CorpusFilter, load_corpus
+from spy_env.display import terminal_safe
 from spy_env.env import parallel_env
 from spy_env.game import Game
 from spy_env.policy import Action, Policy, chat_messages
@@ -85,6 +89,7 @@ class Runner:
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.games: list[Game] = []
         self._envs: list[parallel_env] = []
+        self._warned: set[int] = set()  # policies whose first forfeit this run was reported
 
     def run(
         self,
@@ -100,6 +105,7 @@ class Runner:
         if num_games < 0:
             raise ValueError(f"num_games must be >= 0, got {num_games}")
         setups = self._setups(num_games, seed)
+        self._warned = set()
         buffer = EpisodeBuffer()
         tracker = _Progress(num_games, progress)
         with tracker:
@@ -163,9 +169,18 @@ class Runner:
                 requests.setdefault(id(policy), (policy, []))[1].append((slot, agent))
         actions: dict[tuple[int, str], Action] = {}
         for policy, items in requests.values():
-            for (slot, agent), action in zip(
-                items, _call(policy, [slot.observations[a] for slot, a in items]), strict=True
-            ):
+            batch = _call(policy, [slot.observations[a] for slot, a in items])
+            failed = [a for a in batch if a.error]
+            if failed and id(policy) not in self._warned:  # a dead backend must not look like a normal run
+                self._warned.add(id(policy))
+                logger.warning(
+                    "agent %s forfeited %d of %d actions (%s); later failures are counted in the buffer's 'error'",
+                    terminal_safe(getattr(policy, "name", type(policy).__name__)),
+                    len(failed),
+                    len(batch),
+                    safe_reason(failed[0].error),
+                )
+            for (slot, agent), action in zip(items, batch, strict=True):
                 actions[(slot.index, agent)] = action
         for slot in slots:
             game = slot.env.game
@@ -236,6 +251,15 @@ class Runner:
             row["spy_caught"] = caught
             row["trainable"] = not (is_spy and row["stage"] == "vote" and not self.config.train_spy_vote)
         return rows
+
+
+_SECRET = re.compile(r"(?i)(bearer\s+|api[_-]?key[=:\s\"']+|\bsk-)[A-Za-z0-9._~+/=-]{4,}")
+
+
+def safe_reason(error: str | None, limit: int = 300) -> str:
+    """A backend's error message fit for a log line: one line, terminal-safe, no credentials."""
+    text = " ".join(terminal_safe(error or "").split())
+    return _SECRET.sub(lambda m: m.group(1) + "***", text)[:limit]
 
 
 def _call(policy: Policy, observations: list[Any]) -> list[Action]:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
+from spy_env.display import terminal_safe
 from spy_env.parsing import vote_reasoning
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ def transcript(game: Game, *, full: bool = False) -> Text:
     """
     limit = 10**9 if full else _PREVIEW_CHARS
     out = Text()
-    out.append(f"Who Is the Spy? — document {game.document.id}", style="bold")
+    out.append(f"Who Is the Spy? — document {terminal_safe(game.document.id)}", style="bold")
     out.append(f"  ({game.n_players} players, task {game.task.name}, degrade {game.degraded.operator})\n")
     for log in game.log:
         out.append(f"\n── Round {log.round + 1}: performances ──\n", style="bold cyan")
@@ -36,7 +37,7 @@ def transcript(game: Game, *, full: bool = False) -> Text:
             out.append(f"Player {seat + 1}", style="bold")
             if perf.violations:
                 out.append(f"  [{', '.join(perf.violations)}]", style="yellow")
-            out.append("\n" + _clip(perf.shown, limit) + "\n")
+            out.append("\n" + terminal_safe(_clip(perf.shown, limit)) + "\n")
         if log.votes:
             out.append(f"\n── Round {log.round + 1}: votes ──\n", style="bold cyan")
         for seat in sorted(log.votes):
@@ -47,7 +48,7 @@ def transcript(game: Game, *, full: bool = False) -> Text:
                 out.append(f"  [{', '.join(vote.violations)}]", style="yellow")
             reasons = vote_reasoning(vote.text)
             if reasons:
-                out.append("  " + _clip(reasons, limit // 4), style="italic")
+                out.append("  " + terminal_safe(_clip(reasons, limit // 4)), style="italic")
             out.append("\n")
         if log.result is not None and log.result.eliminated is not None:
             out.append(f"Eliminated: Player {log.result.eliminated + 1}\n", style="magenta")

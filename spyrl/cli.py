@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,10 +17,15 @@ from rich.table import Table
 from agents.decoding import ANSWER_MODES, VOTE_MODES
 from spy_env.config import GameConfig
 from spy_env.degrade import DEGRADERS
+from spy_env.display import markup_safe, terminal_safe
 from spy_env.prompts import TASKS
 
 # Wide enough for the results table when the output is not a terminal.
 console = Console(width=None if sys.stdout.isatty() else 160)
+errors = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+BUFFER_SUFFIXES = (".parquet", ".jsonl", ".json")
+TOURNAMENT_FILES = ("games.parquet", "summary.json", "chart.png")  # what TournamentResult.save writes
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -35,7 +42,7 @@ def _add_game_args(p: argparse.ArgumentParser, default_agent: str = "heuristic")
         help="'embedded', 'nemotron[:CONFIG]', 'hf:ID[:CONFIG]' or a path",
     )
     g.add_argument("--max-documents", type=int, default=None)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=_seed, default=0)
     a = p.add_argument_group("agents")
     a.add_argument(
         "--agent",
@@ -50,6 +57,11 @@ def _add_game_args(p: argparse.ArgumentParser, default_agent: str = "heuristic")
         default=[],
         metavar="K=SPEC",
         help="agent of seat K (1-based), e.g. --seat 1=random; repeatable",
+    )
+    a.add_argument(
+        "--allow-forfeits",
+        action="store_true",
+        help="exit 0 even when an agent forfeited every action (otherwise 3: its backend is down)",
     )
     s = p.add_argument_group("LLM sampling")
     s.add_argument("--temperature", type=float, default=0.7)
@@ -73,6 +85,13 @@ def _add_game_args(p: argparse.ArgumentParser, default_agent: str = "heuristic")
     )
 
 
+def _seed(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a seed is an integer >= 0, got {value}")
+    return value
+
+
 def _game_config(args: argparse.Namespace) -> GameConfig:
     return GameConfig(
         n_players=args.players,
@@ -83,6 +102,53 @@ def _game_config(args: argparse.Namespace) -> GameConfig:
         corpus=args.corpus,
         max_documents=args.max_documents,
     )
+
+
+def check_output(
+    path: str | os.PathLike, *, overwrite: bool, suffixes: Sequence[str] = (), flag: str = "--out"
+) -> Path:
+    """Refuse an output path before any work starts: a folder, a wrong suffix, an existing file
+    (unless ``overwrite``), or a parent that cannot be created or written. Missing parent folders
+    are created by the write itself."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{flag} {path} is a folder; give a file name")
+    if suffixes and path.suffix.lower() not in suffixes:
+        raise ValueError(f"{flag} {path} must end in {' or '.join(suffixes)}")
+    if path.exists() and not overwrite:
+        raise ValueError(f"{flag} {path} exists; pass --overwrite to replace it")
+    _check_parent(path.parent, flag, path)
+    return path
+
+
+def check_output_dir(folder: str | os.PathLike, names: Sequence[str], *, overwrite: bool, flag: str) -> Path:
+    """Like :func:`check_output` for a folder that receives the files ``names``."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{flag} {folder} is a file, not a folder")
+    if not overwrite:
+        taken = [name for name in names if (folder / name).exists()]
+        if taken:
+            raise ValueError(f"{flag} {folder} already holds {', '.join(taken)}; pass --overwrite")
+    _check_parent(folder, flag, folder)
+    return folder
+
+
+def _check_parent(parent: Path, flag: str, path: Path) -> None:
+    existing = parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{flag} {path}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {path}: folder {existing} is not writable")
+
+
+def check_input(path: str | os.PathLike, what: str) -> Path:
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"{what} {path} does not exist")
+    return path
 
 
 def _load_agent(spec: str, args: argparse.Namespace) -> Any:
@@ -110,7 +176,7 @@ def _load_agent(spec: str, args: argparse.Namespace) -> Any:
             answer=args.answer,
         )
     note = " (the first time converts SmolLM2, about 20 s)" if kind == "smollm2" else ""
-    with console.status(f"loading agent {spec}{note}"):
+    with console.status(f"loading agent {markup_safe(spec)}{note}"):
         return agents.load(spec, **kwargs)
 
 
@@ -130,6 +196,31 @@ def _seat_policies(args: argparse.Namespace, n_players: int) -> list[Any]:
         if spec not in cache:
             cache[spec] = _load_agent(spec, args)
     return [cache[spec] for spec in specs]
+
+
+def _report_forfeits(rows: Sequence[dict[str, Any]], args: argparse.Namespace) -> int:
+    """Say which agents forfeited actions (failed backend calls) and why; 3 when an agent forfeited
+    every action (a dead backend), unless ``--allow-forfeits``."""
+    from spy_env.metrics import forfeits_by_agent
+    from spy_env.runner import safe_reason
+
+    code = 0
+    for name, f in forfeits_by_agent(rows).items():
+        every = f["forfeits"] == f["actions"]
+        errors.print(
+            f"[yellow]warning:[/yellow] agent {markup_safe(name)} forfeited {f['forfeits']} of {f['actions']} "
+            f"actions ({markup_safe(safe_reason(f['reason']))})",
+            highlight=False,
+            soft_wrap=True,
+        )
+        if every and not args.allow_forfeits:
+            errors.print(
+                f"[red]error:[/red] agent {markup_safe(name)} forfeited every action; pass --allow-forfeits to accept",
+                highlight=False,
+                soft_wrap=True,
+            )
+            code = 3
+    return code
 
 
 def _results_table(rows: Sequence[dict[str, Any]], n_players: int) -> Table:
@@ -163,7 +254,7 @@ def _results_table(rows: Sequence[dict[str, Any]], n_players: int) -> Table:
         table.add_row(
             f"Player {seat + 1}",
             f"[red]{role}[/red]" if role == "spy" else f"[green]{role}[/green]",
-            mine[0]["agent_name"],
+            markup_safe(mine[0]["agent_name"]),
             str(received),
             voted,
             f"{detect:+.3f}",
@@ -181,6 +272,8 @@ def cmd_play(args: argparse.Namespace) -> int:
     from spy_env.transcript import transcript
 
     config = _game_config(args)
+    if args.out:
+        check_output(args.out, overwrite=args.overwrite, suffixes=BUFFER_SUFFIXES)
     policies = _seat_policies(args, config.n_players)
     runner = Runner(config, keep_games=True)
     buffer = runner.run(policies, 1, seed=args.seed, progress=True)
@@ -189,8 +282,8 @@ def cmd_play(args: argparse.Namespace) -> int:
     console.print(_results_table(buffer.rows, config.n_players))
     if args.out:
         buffer.save(args.out)
-        console.print(f"episode buffer written to {args.out}")
-    return 0
+        console.print(f"episode buffer written to {markup_safe(args.out)}")
+    return _report_forfeits(buffer.rows, args)
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
@@ -198,14 +291,15 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from spy_env.runner import Runner
 
     config = _game_config(args)
+    check_output(args.out, overwrite=args.overwrite, suffixes=BUFFER_SUFFIXES)
     policies = _seat_policies(args, config.n_players)
     runner = Runner(config, games_per_document=args.games_per_document, replay_setup=args.replay_setup)
     buffer = runner.run(policies, args.games, seed=args.seed, progress=not args.quiet)
     path = buffer.save(args.out)
     metrics = game_metrics(buffer)
-    console.print(f"{len(buffer)} rows from {args.games} games written to {path}")
+    console.print(f"{len(buffer)} rows from {args.games} games written to {markup_safe(path)}")
     console.print(json.dumps({k: round(v, 4) for k, v in metrics.items()}, indent=2))
-    return 0
+    return _report_forfeits(buffer.rows, args)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -213,23 +307,24 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     buffer = EpisodeBuffer.load(args.file)
     games = buffer.games()
+    if not games:
+        raise ValueError(f"{args.file} holds no games")
     if args.game is not None:
         games = {k: v for k, v in games.items() if k[1] == args.game}
         if not games:
-            console.print(f"[red]no game with id {args.game} in {args.file}[/red]")
-            return 1
+            raise ValueError(f"no game with id {args.game} in {args.file}")
     for shown, ((run_id, game_id), rows) in enumerate(games.items()):
         if shown >= args.limit:
             console.print(f"... {len(games) - shown} more games (use --limit)")
             break
         n_players = max(r["seat"] for r in rows) + 1
-        console.rule(f"game {game_id} (run {run_id}) · document {rows[0]['document_id']}")
+        console.rule(f"game {game_id} (run {markup_safe(run_id)}) · document {markup_safe(rows[0]['document_id'])}")
         for row in rows:
             who = f"Player {row['seat'] + 1}"
             if row["stage"] == "perform":
                 text = row["completion"] if args.full else row["completion"][:600]
                 console.print(f"[bold]{who}[/bold] performs (round {row['round'] + 1}):")
-                console.print(text, markup=False, highlight=False)
+                console.print(terminal_safe(text), markup=False, highlight=False)
             else:
                 target = "N/A" if row["vote"] < 0 else f"Player {row['vote'] + 1}"
                 console.print(f"[bold]{who}[/bold] votes {target}")
@@ -265,7 +360,7 @@ def cmd_baselines(args: argparse.Namespace) -> int:
             f"| {operator} | {spec} | {m['detection_accuracy']:.3f} | {m['spy_caught_rate']:.3f} "
             f"| {m['na_rate']:.3f} | {int(m['games'])} |"
         )
-    print("\n".join(lines))
+    print(terminal_safe("\n".join(lines)))
     return 0
 
 
@@ -276,12 +371,20 @@ def cmd_tournament(args: argparse.Namespace) -> int:
     names = [name.strip() for name in args.agents.split(",") if name.strip()]
     if len(set(names)) != len(names):
         raise ValueError(f"--agents lists an agent twice: {args.agents!r}")
+    check_output_dir(args.out, TOURNAMENT_FILES, overwrite=args.overwrite, flag="--out")
     policies = {name: _load_agent(name, args) for name in names}
-    result = run_tournament(policies, args.games, config=config, seed=args.seed, progress=not args.quiet)
+    result = run_tournament(
+        policies,
+        args.games,
+        config=config,
+        seed=args.seed,
+        progress=not args.quiet,
+        max_forfeit_rate=args.max_forfeit_rate,
+    )
     paths = result.save(args.out)
-    print(result.table())
-    console.print(f"written to {args.out}: " + ", ".join(p.name for p in paths.values()))
-    return 0
+    print(terminal_safe(result.table()))
+    console.print(f"written to {markup_safe(args.out)}: " + ", ".join(p.name for p in paths.values()))
+    return _report_forfeits(result.buffer.rows, args)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -297,14 +400,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     from trainers.grpo import SpyRLTrainer
     from trainers.plot import plot_run
 
-    console.print(f"training {config.model} for {config.iterations} iterations into {config.output_dir}")
+    console.print(
+        f"training {markup_safe(config.model)} for {config.iterations} iterations into {markup_safe(config.output_dir)}"
+    )
     trainer = SpyRLTrainer(config, resume_from=args.resume)
     history = trainer.train()
     path = plot_run(config.output_dir)
     last = history[-1] if history else {}
     console.print(
         f"done: {trainer.iteration} iterations; last stage {last.get('stage')}, detection accuracy "
-        f"{last.get('env/detection_accuracy', float('nan')):.3f}; curves in {path}"
+        f"{last.get('env/detection_accuracy', float('nan')):.3f}; curves in {markup_safe(path)}"
     )
     return 0
 
@@ -312,22 +417,38 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from trainers.plot import plot_run
 
+    check_input(args.run_dir, "run folder")
+    if args.out:
+        check_output(args.out, overwrite=args.overwrite, suffixes=(".png",))
     path = plot_run(args.run_dir, args.out)
-    console.print(f"wrote {path}")
+    console.print(f"wrote {markup_safe(path)}")
     return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from spyrl.evaluation import evaluate, plot_results, results_table, save_results
 
+    if args.chart:
+        check_output(args.chart, overwrite=args.overwrite, suffixes=(".png",), flag="--chart")
     if args.compare:
-        runs = [json.loads(Path(path).read_text(encoding="utf-8")) for path in args.compare]
-        print(results_table(runs))
+        runs = [_read_results(path) for path in args.compare]
+        print(terminal_safe(results_table(runs)))
         if args.chart:
-            console.print(f"chart written to {plot_results(runs, args.chart)}")
+            console.print(f"chart written to {markup_safe(plot_results(runs, args.chart))}")
         return 0
     if not args.model:
         raise ValueError("spyrl eval needs --model SPEC (or --compare FILES)")
+    if args.alignment or args.game:
+        names = ["alignment.png"] if args.alignment else TOURNAMENT_FILES
+        check_output_dir(args.out_dir, names, overwrite=args.overwrite, flag="--out-dir")
+    else:
+        check_output(args.out, overwrite=args.overwrite, suffixes=(".json",))
+    paths = {}
+    for item in args.data:
+        name, sep, path = item.partition("=")
+        if not sep:
+            raise ValueError(f"--data expects NAME=PATH, got {item!r}")
+        paths[name] = str(check_input(path, f"--data {name}:"))
     policy = _load_agent(args.model, args)
     if args.alignment:
         from spy_env.runner import Runner
@@ -340,22 +461,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
         buffer = runner.run([policy] * runner.config.n_players, args.games, seed=args.seed, progress=True)
         documents = {doc.id: doc.text for doc in runner.documents}
         result = reward_alignment(buffer, documents, judge)
-        print(result.summary())
-        console.print(f"plot written to {result.plot(Path(args.out_dir) / 'alignment.png')}")
+        print(terminal_safe(result.summary()))
+        console.print(f"plot written to {markup_safe(result.plot(Path(args.out_dir) / 'alignment.png'))}")
         return 0
     if args.game:
         from spyrl.evaluation import game_evaluation
 
-        result = game_evaluation(policy, args.model, args.games, seed=args.seed, config=_game_config(args))
+        result = game_evaluation(
+            policy,
+            args.model,
+            args.games,
+            seed=args.seed,
+            config=_game_config(args),
+            max_forfeit_rate=args.max_forfeit_rate,
+        )
         result.save(args.out_dir)
-        print(result.table())
-        return 0
-    paths = {}
-    for item in args.data:
-        name, sep, path = item.partition("=")
-        if not sep:
-            raise ValueError(f"--data expects NAME=PATH, got {item!r}")
-        paths[name] = path
+        print(terminal_safe(result.table()))
+        return _report_forfeits(result.buffer.rows, args)
     names = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
     decoding = {
         "temperature": args.temperature,
@@ -368,10 +490,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         model=args.model, decoding=decoding, progress=True,
     )  # fmt: skip
     path = save_results(results, args.out)
-    print(results_table([results]))
-    console.print(f"results written to {path}")
+    print(terminal_safe(results_table([results])))
+    console.print(f"results written to {markup_safe(path)}")
     if args.chart:
-        console.print(f"chart written to {plot_results([results], args.chart)}")
+        console.print(f"chart written to {markup_safe(plot_results([results], args.chart))}")
     return 0
 
 
@@ -387,27 +509,61 @@ def cmd_view(args: argparse.Namespace) -> int:
             games_per_iteration=args.games_per_iteration,
         )
     except (FileNotFoundError, ValueError) as e:  # a user mistake: one line, exit 2
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {terminal_safe(str(e))}", file=sys.stderr)
         return 2
-    console.print(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB); open it in a browser (works offline)")
+    console.print(
+        f"wrote {markup_safe(path)} ({path.stat().st_size / 1024:,.0f} KiB); open it in a browser (works offline)"
+    )
     return 0
 
 
+def _read_results(path: str) -> dict[str, Any]:
+    try:
+        results = json.loads(check_input(path, "results file").read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"results file {path} is not UTF-8 text") from e
+    except json.JSONDecodeError as e:
+        raise ValueError(f"results file {path} is not JSON ({e})") from e
+    entries = results.get("results") if isinstance(results, dict) else None
+    if not isinstance(entries, dict) or not all(
+        isinstance(r, dict) and all(isinstance(r.get(k), (int, float)) for k in ("accuracy", "n", "k"))
+        for r in entries.values()
+    ):
+        raise ValueError(f"results file {path} is not a saved `spyrl eval` result (no results of accuracy, n, k)")
+    return results
+
+
 # ------------------------------------------------------------------------------- main
+def _add_overwrite(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--overwrite", action="store_true", help="replace existing output files")
+
+
+def _add_max_forfeit_rate(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--max-forfeit-rate",
+        type=float,
+        default=0.5,
+        help="agents that forfeit a larger share of their actions are flagged and not ranked",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spyrl", description="RLSVR / SpyRL: Who Is the Spy? over math documents")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of every error")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("play", help="play one game and print its transcript and rewards")
     _add_game_args(p, default_agent="auto")
     p.add_argument("--full", action="store_true", help="do not clip long texts")
     p.add_argument("--out", default=None, help="also save the game's episode buffer (.parquet/.jsonl)")
+    _add_overwrite(p)
     p.set_defaults(func=cmd_play)
 
     p = sub.add_parser("rollout", help="play N games and save an episode buffer")
     _add_game_args(p)
     p.add_argument("--games", type=int, default=100)
     p.add_argument("--out", required=True, help="output file, .parquet or .jsonl")
+    _add_overwrite(p)
     p.add_argument("--games-per-document", type=int, default=1)
     p.add_argument("--replay-setup", action="store_true", help="games of a group share spy seat and masks")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -445,7 +601,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plot", help="draw a run's training curves (PNG)")
     p.add_argument("run_dir")
-    p.add_argument("--out", default=None)
+    p.add_argument("--out", default=None, help="PNG file (default: RUN_DIR/curves.png, replaced)")
+    _add_overwrite(p)
     p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("eval", help="math benchmarks (math-verify) or game metrics of a model")
@@ -472,6 +629,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--judge", default=None, help="agent spec of the judge for --alignment")
     p.add_argument("--games", type=int, default=60)
     p.add_argument("--out-dir", default="runs/eval-game", help="output folder of --game")
+    _add_overwrite(p)
+    _add_max_forfeit_rate(p)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("tournament", help="mixed tables of agents: per-agent metrics, ratings, chart")
@@ -479,6 +638,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agents", default="heuristic,random", help="comma-separated agent specs")
     p.add_argument("--games", type=int, default=60, help="number of games; every agent sits at every game")
     p.add_argument("--out", default="runs/tournament", help="output folder")
+    _add_overwrite(p)
+    _add_max_forfeit_rate(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_tournament)
 
@@ -487,12 +648,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--players", type=int, default=5)
     p.add_argument("--degrade", default="all", help="'all' or a comma-separated list")
     p.add_argument("--agents", default="heuristic,random")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_seed, default=0)
     p.set_defaults(func=cmd_baselines)
+    for command in sub.choices.values():  # also after the command; SUPPRESS keeps the top-level value
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     return parser
 
 
+def _user_error(e: BaseException) -> bool:
+    """Mistakes a user can fix (bad values, paths, files, missing extras), not bugs in spyrl."""
+    import yaml
+
+    return isinstance(e, (ValueError, OSError, ImportError, yaml.YAMLError))
+
+
+def _one_line(e: BaseException) -> str:
+    return re.sub(r"\s*\n\s*", " ", str(e).strip()) or type(e).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a command. A user's mistake prints ``error: ...`` (one line) and returns 2; a bug keeps
+    its traceback, and ``--debug`` shows the traceback of every error."""
     try:
         import datasets
 
@@ -503,8 +679,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except ValueError as e:
-        console.print(f"[red]error:[/red] {e}")
+    except Exception as e:
+        if args.debug or not _user_error(e):
+            raise
+        errors.print("[red]error:[/red] " + markup_safe(_one_line(e)), highlight=False, soft_wrap=True)
         return 2
 
 

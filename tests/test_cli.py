@@ -60,7 +60,7 @@ def test_bad_arguments_give_clear_errors():
         text=True,
         cwd=ROOT,
     )
-    assert proc.returncode == 2 and "n_players" in proc.stdout
+    assert proc.returncode == 2 and "n_players" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_baselines_table():

@@ -42,7 +42,8 @@ def test_cpu_smoke_preset_writes_checkpoints_metrics_and_curves(tmp_path):
                 "losses/entropy", "perf/update_tokens_per_s", "lengths/vote_completion_tokens", "env/violation_rate"):  # fmt: skip
         assert all(isinstance(r[key], (int, float)) for r in rows), key
     assert (out / "checkpoints" / "latest").read_text() == "iter_00004"
-    assert (out / "checkpoints" / "iter_00002" / "trainer_state.pt").exists()
+    assert (out / "checkpoints" / "iter_00002" / "trainer_state.json").exists()
+    assert not list(out.rglob("*.pt")) and not list(out.rglob("*.pkl"))  # no pickle anywhere
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert len(list((out / "buffers").glob("iter_*.parquet"))) == 4
 

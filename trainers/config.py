@@ -22,8 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from spy_env.config import coerce_floats
+from spy_env.config import check_types, coerce_floats
 
 __all__ = ["PRESETS", "SpyRLConfig"]
 
@@ -157,6 +158,8 @@ class SpyRLConfig:
         def bad(name: str, allowed: str) -> ValueError:
             return ValueError(f"SpyRLConfig.{name} must be {allowed}, got {getattr(self, name)!r}")
 
+        check_types(self)  # types first: nothing below (or after) sees a str where an int belongs
+
         positive_ints = (
             "documents_per_iteration", "games_per_document", "iterations", "mini_batch_size", "micro_batch_size",
             "epochs", "max_prompt_tokens", "max_completion_tokens", "generation_batch_size", "k_min",
@@ -242,8 +245,13 @@ class SpyRLConfig:
             raise bad("vllm_max_model_length", "None or an integer >= 2")
         if not self.vllm_server_timeout > 0:
             raise bad("vllm_server_timeout", "a number of seconds > 0")
-        if not str(self.vllm_server_url).startswith(("http://", "https://")):
-            raise bad("vllm_server_url", "an http(s):// URL")
+        try:
+            url = urlsplit(self.vllm_server_url)
+            url.port  # noqa: B018 - parses the port, raising ValueError when it is not a number
+        except ValueError as e:
+            raise bad("vllm_server_url", f"an http(s):// URL ({e})") from e
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise bad("vllm_server_url", "an http(s):// URL with a host")
         from spy_env.config import GameConfig
 
         if not isinstance(self.game, Mapping):
@@ -294,8 +302,21 @@ class SpyRLConfig:
     def from_yaml(cls, path: str | Path, **overrides: Any) -> SpyRLConfig:
         import yaml
 
-        with open(path, encoding="utf-8") as f:
-            values = yaml.safe_load(f) or {}
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(
+                f"config file {str(path)!r} does not exist" if not path.exists() else f"{path} is not a file"
+            )
+        try:
+            values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except UnicodeDecodeError as e:
+            raise ValueError(f"config file {path} is not UTF-8 text") from e
+        except yaml.YAMLError as e:
+            where = getattr(e, "problem_mark", None)
+            at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+            raise ValueError(f"config file {path} is not valid YAML{at}: {getattr(e, 'problem', None) or e}") from e
+        if not isinstance(values, dict):
+            raise ValueError(f"config file {path} must hold a mapping of field: value, got {type(values).__name__}")
         preset = values.pop("preset", None)
         values.update(overrides)
         return cls.preset(preset, **values) if preset else cls.from_dict(values)
@@ -309,7 +330,10 @@ class SpyRLConfig:
             key, sep, raw = item.partition("=")
             if not sep:
                 raise ValueError(f"override {item!r} must look like key=value")
-            value = yaml.safe_load(raw)
+            try:
+                value = yaml.safe_load(raw)
+            except yaml.YAMLError as e:
+                raise ValueError(f"override {item!r}: the value is not valid YAML ({getattr(e, 'problem', e)})") from e
             if key.startswith("game."):
                 values["game"] = {**values["game"], key[5:]: value}
             else:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import random
 import shutil
 import time
 from collections.abc import Sequence
@@ -50,6 +49,7 @@ from spy_env.heldout import evaluate_heldout, summarize
 from spy_env.io import write_text
 from spy_env.metrics import game_metrics
 from spy_env.runner import Runner
+from trainers import checkpoint as ckpt
 from trainers.algorithm import PERFORM, RAEBaselines, StageController, group_normalized_advantages
 from trainers.config import SpyRLConfig
 from trainers.loss import clipped_policy_loss
@@ -59,7 +59,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["SpyRLTrainer", "load_policy_model", "sequence_logps"]
 
-STATE_FILE = "trainer_state.pt"
 _DDP = ("MULTI_GPU", "MULTI_CPU", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU", "MULTI_HPU")  # no_sync is safe there
 
 
@@ -182,9 +181,11 @@ def selective_logps(
 class SpyRLTrainer:
     """GRPO for SpyRL with alternating stages and RAE (see the module docstring)."""
 
-    def __init__(self, config: SpyRLConfig, resume_from: str | None = None) -> None:
+    def __init__(self, config: SpyRLConfig, resume_from: str | Path | None = None) -> None:
         self.config = config
         self.output_dir = Path(config.output_dir)
+        if resume_from:  # a bad checkpoint fails here, before anything is built or written
+            resume_from = ckpt.open_checkpoint(self.output_dir / "checkpoints", str(resume_from))
         self.output_dir.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(config.seed)
         self.model, self.tokenizer, self.model_path = load_policy_model(config)
@@ -265,7 +266,7 @@ class SpyRLTrainer:
         main = self.accelerator.is_main_process
         self.sinks = MetricSinks(self.output_dir, config.report_to if main else [], config.to_dict())
         if resume_from:
-            self.load_checkpoint(resume_from)
+            self.load_checkpoint(resume_from, verified=True)
             if hasattr(self.policy, "sync"):  # the engine loaded the initial weights, not the checkpoint's
                 self.policy.sync()
 
@@ -660,13 +661,23 @@ class SpyRLTrainer:
 
     # ---------------------------------------------------------- checkpoints
     def save_checkpoint(self) -> Path:
-        """Everything needed to resume exactly, written atomically to ``checkpoints/iter_K``."""
+        """Everything needed to resume exactly, written atomically to ``checkpoints/iter_K``
+        (safetensors + JSON + a sha256 manifest; see :mod:`trainers.checkpoint`)."""
         root = self.output_dir / "checkpoints"
         target = root / f"iter_{self.iteration:05d}"
         main = self.accelerator.is_main_process
         # one staging folder for every process (they all write into it), renamed into place at the end
         tmp = root / f".tmp_iter_{self.iteration:05d}{'' if self.distributed else f'_{os.getpid()}'}"
+        bad = ckpt.first_non_finite(self.unwrapped)  # never write NaN weights over the run
+        # every process decides together (each may hold only a shard), so none waits for the others forever
+        if self.distributed and self._all_reduce([float(bad is not None)])[0] and bad is None:
+            bad = "a parameter of another process"
+        if bad is not None:
+            raise ckpt.CheckpointError(
+                f"parameter {bad} is not finite; checkpoint iter_{self.iteration:05d} not written"
+            )
         if main:
+            ckpt.remove_stale_staging(root)
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
         state_dict = None
@@ -683,22 +694,25 @@ class SpyRLTrainer:
                 return target
         self.unwrapped.save_pretrained(tmp / "model", state_dict=state_dict)
         self.tokenizer.save_pretrained(tmp / "model")
+        rng, tensors = ckpt.rng_snapshot()
+        optimizer = None
+        if not self.distributed:
+            optimizer, optimizer_tensors = ckpt.optimizer_to_flat(self.optimizer.state_dict())
+            tensors.update(optimizer_tensors)
         state = {
+            "format": ckpt.FORMAT,
             "iteration": self.iteration,
-            "optimizer": None if self.distributed else self.optimizer.state_dict(),
+            "distributed": self.distributed,
+            "optimizer": optimizer,
             "scheduler": self.scheduler.state_dict(),
             "controller": self.controller.state_dict(),
             "rae": self.rae.state_dict(),
-            "rng": {
-                "python": random.getstate(),
-                "numpy": np.random.get_state(),
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-            },
+            "rng": rng,
             "config": self.config.to_dict(),
             "metrics_rows": self.sinks.rows_written,
         }
-        torch.save(state, tmp / STATE_FILE)
+        ckpt.write_state(tmp, state, tensors)
+        ckpt.write_manifest(tmp)
         shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
         write_text(root / "latest", target.name)
@@ -706,20 +720,20 @@ class SpyRLTrainer:
             self.accelerator.wait_for_everyone()
         return target
 
-    def load_checkpoint(self, path: str) -> None:
-        root = self.output_dir / "checkpoints"
-        if path == "latest":
-            if not (root / "latest").exists():
-                raise FileNotFoundError(f"no checkpoint to resume from in {root}")
-            path = str(root / (root / "latest").read_text().strip())
-        checkpoint = Path(path)
-        state = torch.load(checkpoint / STATE_FILE, weights_only=False)
+    def load_checkpoint(self, path: str | Path, *, verified: bool = False) -> None:
+        """Resume from a checkpoint folder (or ``"latest"``) after checking its manifest and that
+        every tensor is finite (``verified``: :func:`~trainers.checkpoint.open_checkpoint` already
+        did); raises :class:`trainers.checkpoint.CheckpointError` otherwise."""
+        checkpoint = Path(path) if verified else ckpt.open_checkpoint(self.output_dir / "checkpoints", str(path))
+        state, tensors = ckpt.read_state(checkpoint)
         if self.distributed:
-            if not (checkpoint / "accelerate").is_dir():
-                raise ValueError(f"{checkpoint} was written by a single process; resume it with one process")
+            if not state["distributed"]:
+                raise ckpt.CheckpointError(f"{checkpoint} was written by a single process; resume it with one process")
             self.accelerator.load_state(str(checkpoint / "accelerate"))  # model, optimizer, per-process RNG
-        elif state["optimizer"] is None:
-            raise ValueError(f"{checkpoint} was written by several processes; resume it under the same launcher")
+        elif state["distributed"]:
+            raise ckpt.CheckpointError(
+                f"{checkpoint} was written by several processes; resume it under the same launcher"
+            )
         elif self.config.lora_r:
             from peft import set_peft_model_state_dict
             from safetensors.torch import load_file
@@ -735,12 +749,8 @@ class SpyRLTrainer:
             )
             self.unwrapped.load_state_dict(loaded.state_dict())
         if not self.distributed:
-            self.optimizer.load_state_dict(state["optimizer"])
-            random.setstate(state["rng"]["python"])
-            np.random.set_state(state["rng"]["numpy"])
-            torch.set_rng_state(state["rng"]["torch"])
-            if state["rng"]["cuda"] is not None and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+            self.optimizer.load_state_dict(ckpt.optimizer_from_flat(state["optimizer"], tensors, self.optimizer))
+            ckpt.restore_rng(state["rng"], tensors)
         self.scheduler.load_state_dict(state["scheduler"])
         self.controller.load_state_dict(state["controller"])
         self.rae.load_state_dict(state["rae"])

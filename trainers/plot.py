@@ -27,9 +27,9 @@ def plot_run(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = read_metrics(run_dir)
+    rows = [r for r in read_metrics(run_dir) if isinstance(r.get("iteration"), (int, float))]
     if not rows:
-        raise ValueError(f"{run_dir} has no metrics rows yet")
+        raise ValueError(f"{run_dir} has no metrics rows (with an iteration) yet")
     out = Path(out) if out else Path(run_dir) / "curves.png"
     steps = [r["iteration"] for r in rows]
     fig, axes = plt.subplots(2, 3, figsize=(15, 7.5))

@@ -31,8 +31,19 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
     path = Path(path)
     if path.is_dir():
         path = path / "metrics.jsonl"
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    rows = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as e:
+                raise ValueError(f"{path}: line {number} is not JSON ({e})") from e
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}: line {number} is not a metrics object")
+            rows.append(row)
+    return rows
 
 
 class MetricSinks:

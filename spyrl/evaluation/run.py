@@ -118,7 +118,9 @@ def plot_results(runs: Sequence[Mapping[str, Any]], path: str | os.PathLike) -> 
     return save_figure(fig, path)
 
 
-def game_evaluation(policy: Any, name: str, num_games: int, *, seed: int = 0, config: Any = None):
+def game_evaluation(
+    policy: Any, name: str, num_games: int, *, seed: int = 0, config: Any = None, max_forfeit_rate: float = 0.5
+):
     """The model against the heuristic and random baselines at mixed tables (a tournament)."""
     import agents
     from agents.tournament import run_tournament
@@ -128,4 +130,4 @@ def game_evaluation(policy: Any, name: str, num_games: int, *, seed: int = 0, co
         "heuristic": agents.load("heuristic", seed=seed),
         "random": agents.load("random", seed=seed),
     }
-    return run_tournament(policies, num_games, config=config, seed=seed)
+    return run_tournament(policies, num_games, config=config, seed=seed, max_forfeit_rate=max_forfeit_rate)

@@ -1,0 +1,270 @@
+"""Checkpoints that are data, not code: tensors in safetensors, everything else in JSON.
+
+A checkpoint folder ``checkpoints/iter_K`` holds
+
+- ``model/``: a plain Hugging Face folder (``model.safetensors`` or a LoRA adapter) and tokenizer;
+- ``trainer_state.json``: iteration, scheduler, stage controller, RAE baselines, Python and NumPy
+  RNG states (as lists of ints), the config, the optimizer's skeleton (hyper-parameters and
+  which tensor is which);
+- ``trainer_state.safetensors``: the optimizer's tensors (AdamW moments and steps) and torch's RNG
+  states;
+- ``accelerate/`` (multi-process runs only): what ``Accelerator.save_state`` writes (see README,
+  "Safety": accelerate stores optimizer and RNG states with ``torch.save``);
+- ``manifest.json``: the sha256 of every other file, written last.
+
+Nothing here is loaded with pickle. Resuming checks the manifest (a missing, extra or changed file
+is an error naming it) and that every floating tensor is finite *before* anything is loaded, so a
+corrupted checkpoint never resumes silently and never gets written over the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from spy_env.io import pid_alive
+
+__all__ = [
+    "MANIFEST_FILE",
+    "STATE_FILE",
+    "TENSORS_FILE",
+    "CheckpointError",
+    "check_finite_files",
+    "first_non_finite",
+    "open_checkpoint",
+    "optimizer_from_flat",
+    "optimizer_to_flat",
+    "read_state",
+    "remove_stale_staging",
+    "resolve_checkpoint",
+    "restore_rng",
+    "rng_snapshot",
+    "verify_manifest",
+    "write_manifest",
+    "write_state",
+]
+
+STATE_FILE = "trainer_state.json"
+TENSORS_FILE = "trainer_state.safetensors"
+MANIFEST_FILE = "manifest.json"
+FORMAT = 2  # 1: trainer_state.pt (pickle), no longer read
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed: missing, altered, corrupted or non-finite."""
+
+
+# ------------------------------------------------------------------------------ locating
+def resolve_checkpoint(root: Path, path: str) -> Path:
+    """The checkpoint folder ``path`` names (``"latest"`` reads ``root/latest``)."""
+    if path == "latest":
+        pointer = root / "latest"
+        if not pointer.is_file():
+            raise CheckpointError(f"no checkpoint to resume from in {root} (no 'latest' file)")
+        name = pointer.read_text(encoding="utf-8", errors="replace").strip()
+        if not name or "/" in name or "\\" in name or name in (".", ".."):
+            raise CheckpointError(f"{pointer} does not name a checkpoint folder: {name!r}")
+        folder = root / name
+        if not folder.is_dir():
+            raise CheckpointError(f"{pointer} points to {folder}, which does not exist")
+        return folder
+    folder = Path(path)
+    if not folder.is_dir():
+        raise CheckpointError(f"checkpoint folder {folder} does not exist")
+    return folder
+
+
+def remove_stale_staging(root: Path) -> None:
+    """Remove ``.tmp_iter_*_PID`` staging folders of processes that died mid-save."""
+    if not root.is_dir():
+        return
+    for folder in root.glob(".tmp_iter_*_*"):
+        pid = folder.name.rsplit("_", 1)[-1]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def open_checkpoint(root: Path, path: str) -> Path:
+    """Resolve ``path`` (or ``"latest"``), then verify its manifest and that its tensors are finite."""
+    folder = resolve_checkpoint(root, path)
+    verify_manifest(folder)
+    check_finite_files(folder)
+    return folder
+
+
+# ------------------------------------------------------------------------------ manifest
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(
+        p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST_FILE
+    )
+
+
+def write_manifest(folder: Path) -> None:
+    """Write ``manifest.json``: the sha256 of every file under ``folder``."""
+    manifest = {"format": FORMAT, "sha256": {name: _sha256(folder / name) for name in _files(folder)}}
+    (folder / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
+
+
+def verify_manifest(folder: Path) -> None:
+    """Raise :class:`CheckpointError` naming the first file that is missing, extra or altered."""
+    path = folder / MANIFEST_FILE
+    if not path.is_file():
+        old = (
+            " (written by an older spyrl with pickle, which is no longer loaded)"
+            if (folder / "trainer_state.pt").exists()
+            else ""
+        )
+        raise CheckpointError(f"{path} is missing{old}; refusing to resume from {folder}")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        expected = manifest["sha256"]
+        if not isinstance(expected, dict):
+            raise TypeError("sha256 is not a mapping")
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path} is not a valid manifest ({e})") from e
+    present = set(_files(folder))
+    for name in sorted(expected):
+        if name not in present:
+            raise CheckpointError(f"{folder / name} is missing (listed in {path})")
+        if _sha256(folder / name) != expected[name]:
+            raise CheckpointError(f"{folder / name} does not match its sha256 in {path} (corrupted or altered)")
+    extra = sorted(present - set(expected))
+    if extra:
+        raise CheckpointError(f"{folder / extra[0]} is not listed in {path} (added after the checkpoint was written)")
+
+
+# ---------------------------------------------------------------------------- finiteness
+def check_finite_files(folder: Path) -> None:
+    """Every floating tensor of every ``*.safetensors`` file under ``folder`` is finite."""
+    from safetensors import SafetensorError, safe_open
+
+    for path in sorted(folder.rglob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                for key in f.keys():  # noqa: SIM118 - safe_open has no __iter__
+                    tensor = f.get_tensor(key)
+                    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                        raise CheckpointError(f"{path} holds non-finite values (tensor {key!r}); refusing to resume")
+        except (SafetensorError, OSError, RuntimeError) as e:
+            raise CheckpointError(f"{path} is not a readable safetensors file ({e})") from e
+
+
+def first_non_finite(model: torch.nn.Module) -> str | None:
+    """The name of the first parameter (of this process's share) holding NaN or inf, else None."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.is_floating_point() and not bool(torch.isfinite(p).all()):
+                return name
+    return None
+
+
+# ------------------------------------------------------------------------ state as data
+def _tensor(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to("cpu").contiguous().clone()
+
+
+def optimizer_to_flat(state_dict: Mapping[str, Any], prefix: str = "optimizer") -> tuple[dict, dict]:
+    """A torch optimizer ``state_dict`` as (JSON skeleton, named tensors)."""
+    tensors: dict[str, torch.Tensor] = {}
+    skeleton_state: dict[str, dict[str, Any]] = {}
+    for pid, entry in state_dict["state"].items():
+        out = {}
+        for key, value in entry.items():
+            if isinstance(value, torch.Tensor):
+                name = f"{prefix}.state.{pid}.{key}"
+                tensors[name] = _tensor(value)
+                out[key] = {"tensor": name}
+            else:
+                out[key] = {"value": value}
+        skeleton_state[str(pid)] = out
+    return {"state": skeleton_state, "param_groups": list(state_dict["param_groups"])}, tensors
+
+
+def optimizer_from_flat(skeleton: Mapping[str, Any], tensors: Mapping[str, torch.Tensor], current: Any) -> dict:
+    """Rebuild a ``state_dict`` for ``current`` (an optimizer) from :func:`optimizer_to_flat`'s output."""
+    state = {}
+    for pid, entry in skeleton["state"].items():
+        state[int(pid)] = {
+            key: tensors[value["tensor"]] if "tensor" in value else value["value"] for key, value in entry.items()
+        }
+    groups = []
+    for saved, now in zip(skeleton["param_groups"], current.state_dict()["param_groups"], strict=True):
+        # JSON has no tuples: give back tuples where the optimizer has them (AdamW's betas)
+        groups.append({k: tuple(v) if isinstance(now.get(k), tuple) else v for k, v in saved.items()})
+    return {"state": state, "param_groups": groups}
+
+
+def rng_snapshot() -> tuple[dict, dict]:
+    """Python, NumPy and torch (CPU, CUDA) RNG states as (JSON, named tensors)."""
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    json_part = {
+        "python": [version, list(internal), gauss],
+        "numpy": [kind, [int(k) for k in keys], int(pos), int(has_gauss), float(cached)],
+    }
+    tensors = {"rng.torch": _tensor(torch.get_rng_state())}
+    if torch.cuda.is_available():
+        for i, state in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"rng.cuda.{i}"] = _tensor(state)
+    return json_part, tensors
+
+
+def restore_rng(json_part: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> None:
+    version, internal, gauss = json_part["python"]
+    random.setstate((int(version), tuple(int(x) for x in internal), gauss))
+    kind, keys, pos, has_gauss, cached = json_part["numpy"]
+    np.random.set_state((str(kind), np.asarray(keys, dtype=np.uint32), int(pos), int(has_gauss), float(cached)))
+    torch.set_rng_state(tensors["rng.torch"])
+    cuda = [tensors[k] for k in sorted((k for k in tensors if k.startswith("rng.cuda.")), key=lambda k: int(k[9:]))]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda)
+
+
+def _jsonable(value: Any) -> Any:
+    """JSON-safe copy: tuples → lists, NumPy scalars → Python numbers (floats round-trip exactly)."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (np.integer, np.floating)):
+        return value.item()
+    return value
+
+
+def write_state(folder: Path, state: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> None:
+    from safetensors.torch import save_file
+
+    (folder / STATE_FILE).write_text(json.dumps(_jsonable(state), indent=1), encoding="utf-8")
+    save_file(dict(tensors), str(folder / TENSORS_FILE))
+
+
+def read_state(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """The JSON state and the tensors of a verified checkpoint (no pickle anywhere)."""
+    from safetensors.torch import load_file
+
+    try:
+        state = json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
+        tensors = load_file(str(folder / TENSORS_FILE))
+    except FileNotFoundError as e:
+        raise CheckpointError(f"{e.filename} is missing; refusing to resume from {folder}") from e
+    except Exception as e:  # any parse failure of these files means a corrupt checkpoint
+        raise CheckpointError(f"{folder / STATE_FILE} or {TENSORS_FILE} cannot be read ({e})") from e
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"{folder / STATE_FILE} is not a spyrl checkpoint state (format {FORMAT})")
+    return state, tensors
