@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spy_env.buffer import EpisodeBuffer
@@ -108,7 +108,7 @@ _OPEN = st.builds(
 )
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.lists(st.one_of(st.text(max_size=20), _CLOSE, _OPEN), max_size=6).map("".join), min_size=3,
                 max_size=6), st.data())  # fmt: skip
 def test_a_performance_cannot_forge_the_vote_prompts_delimiters(performances, data):
