@@ -353,15 +353,19 @@ def run_bench(
 
 
 def bench_table(runs: Sequence[Mapping[str, Any]]) -> str:
-    """Markdown: one row per results file and set, the headline score with its interval."""
-    lines = ["| model | set | score | mean [95% CI] | n |", "|---|---|---|---|---|"]
+    """Markdown: one row per results file and set, the headline score with its interval.
+
+    ``forfeits`` counts games whose call failed (a dead server): they score as misses, so a row
+    with many forfeits measures the backend, not the model.
+    """
+    lines = ["| model | set | score | mean [95% CI] | n | forfeits |", "|---|---|---|---|---|---|"]
     for run in runs:
         for name, r in run["results"].items():
             if "interval" not in r:
                 continue
             i = Interval(**r["interval"])
             score = run.get("protocol", {}).get("score", "accuracy")
-            lines.append(f"| {run['model']} | {name} | {score} | {i} | {r['n']} |")
+            lines.append(f"| {run['model']} | {name} | {score} | {i} | {r['n']} | {r.get('forfeits', 0)} |")
     return "\n".join(lines)
 
 
