@@ -16,7 +16,8 @@ seat, and
 
 is its expected reward above the field per seat, with each role weighted by how often a seat
 holds it, whatever its own seating was. 0 is the field's average; it does not depend on agent
-names or on the order agents were listed in.
+names or on the order agents were listed in. An agent that never held one of the roles has no
+rating (NaN, unranked): play at least as many games as there are agents.
 
 **Intervals.** Every metric (rating, its two parts, detection accuracy, spy-caught rate, N/A,
 violation and forfeit rates, rewards per role and stage) gets a bootstrap 95% interval over games
@@ -263,7 +264,7 @@ class TournamentResult:
         ]
         for name in self.order():
             r = self.ratings[name]
-            rank = "flagged" if r["flagged"] else str(r["rank"])
+            rank = "flagged" if r["flagged"] else str(r["rank"] or "–")
             lines.append(
                 f"| {rank} | {name} | {_signed(r)} | {r['p_best']:.2f} | {self._cell(name, 'detection_accuracy')} "
                 f"| {self._cell(name, 'spy_caught_rate')} | {self._cell(name, 'na_rate')} "
