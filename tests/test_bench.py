@@ -137,3 +137,18 @@ def test_bench_command(tmp_path):
     spyrl("bench", "build", "--out-dir", str(tmp_path / "sets"))
     for kind in KINDS:
         assert (tmp_path / "sets" / f"{kind}-v1.json").read_text() == set_path(kind).read_text()
+
+
+def test_an_hf_model_gets_expected_accuracy_from_its_vote_distribution(tiny_model_dir):
+    from agents.hf import HFPolicy
+
+    policy = HFPolicy.from_pretrained(
+        str(tiny_model_dir),
+        device="cpu",
+        vote_mode="constrained",
+        sampling=agents.SamplingParams(max_new_tokens=8, seed=0),
+    )
+    result = run_bench("detect", policy, model="tiny", limit=3)["results"]["detect-v1"]
+    assert result["n"] == 3 and result["forfeits"] == 0
+    for item in result["items"]:
+        assert 0.0 <= item["expected_accuracy"] <= 1.0 and item["valid_vote_rate"] == 1.0

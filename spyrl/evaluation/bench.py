@@ -43,7 +43,19 @@ from spy_env.io import write_text
 from spy_env.policy import Action, Policy
 from spy_env.runner import _call as call_policy
 
-__all__ = ["KINDS", "VERSION", "BenchGame", "BenchSet", "build_set", "load_set", "run_bench", "set_path"]
+__all__ = [
+    "KINDS",
+    "VERSION",
+    "BenchGame",
+    "BenchSet",
+    "bench_table",
+    "build_set",
+    "heldout_documents",
+    "load_set",
+    "run_bench",
+    "set_path",
+    "write_set",
+]
 
 KINDS = ("detect", "spy")
 VERSION = 1
