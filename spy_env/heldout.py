@@ -27,7 +27,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["METRICS", "Interval", "bootstrap", "evaluate_heldout", "paired_difference", "per_game", "summarize"]
+__all__ = [
+    "METRICS",
+    "Interval",
+    "bootstrap",
+    "evaluate_heldout",
+    "paired_difference",
+    "per_game",
+    "percentile_interval",
+    "resample_counts",
+    "summarize",
+]
 
 METRICS = (
     "detection_accuracy",
@@ -55,6 +65,29 @@ class Interval:
         return f"{self.mean:.3f} [{self.low:.3f}, {self.high:.3f}]"
 
 
+def resample_counts(n: int, *, resamples: int = 2000, seed: int = 0) -> np.ndarray:
+    """``(resamples, n)``: how often each of ``n`` units (games) is drawn in each bootstrap resample.
+
+    The one resampling scheme of every interval spyrl reports: a statistic that is a ratio of sums
+    over games (a tournament's per-agent rates, role-fair ratings) is ``counts @ numerators`` over
+    ``counts @ denominators`` per resample.
+    """
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, n, size=(resamples, n))
+    return np.stack([np.bincount(row, minlength=n) for row in draws]) if n else np.zeros((resamples, 0), int)
+
+
+def percentile_interval(estimate: float, replicates: np.ndarray, n: int, confidence: float = 0.95) -> Interval:
+    """``estimate`` with the percentile interval of its bootstrap ``replicates`` (NaNs dropped)."""
+    replicates = np.asarray(replicates, dtype=np.float64)
+    replicates = replicates[~np.isnan(replicates)]
+    if math.isnan(estimate) or replicates.size == 0:
+        return Interval(float(estimate), math.nan, math.nan, int(n))
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(replicates, [tail, 100 - tail])
+    return Interval(float(estimate), float(low), float(high), int(n))
+
+
 def bootstrap(values: Sequence[float], *, resamples: int = 2000, confidence: float = 0.95, seed: int = 0) -> Interval:
     """Mean of ``values`` (NaNs dropped) with a percentile bootstrap interval.
 
@@ -66,11 +99,8 @@ def bootstrap(values: Sequence[float], *, resamples: int = 2000, confidence: flo
     x = np.asarray([v for v in values if not math.isnan(v)], dtype=np.float64)
     if x.size == 0:
         return Interval(math.nan, math.nan, math.nan, 0)
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
-    tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(means, [tail, 100 - tail])
-    return Interval(float(x.mean()), float(low), float(high), int(x.size))
+    means = resample_counts(x.size, resamples=resamples, seed=seed) @ x / x.size
+    return percentile_interval(float(x.mean()), means, x.size, confidence)
 
 
 def paired_difference(

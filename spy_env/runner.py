@@ -100,12 +100,20 @@ class Runner:
         policy_version: int = 0,
         progress: bool = False,
         first_game_id: int = 0,
+        options: Callable[[int], Mapping[str, Any]] | None = None,
     ) -> EpisodeBuffer:
-        """Play ``num_games`` games and return their rows."""
+        """Play ``num_games`` games and return their rows.
+
+        ``options(game_index)``, when given, adds reset options to a game (e.g. ``{"spy_seat": 2}``
+        so a tournament can choose which agent is the spy); they override the drawn ones.
+        """
         if num_games < 0:
             raise ValueError(f"num_games must be >= 0, got {num_games}")
         setups = self._setups(num_games, seed)
         self._warned = set()
+        if options is not None:
+            for i, setup in enumerate(setups):
+                setup["options"] = {**setup["options"], **options(i)}
         buffer = EpisodeBuffer()
         tracker = _Progress(num_games, progress)
         with tracker:

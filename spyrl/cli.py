@@ -1,4 +1,4 @@
-"""The ``spyrl`` command line: play, rollout, replay, view, tournament, baselines, train, plot, eval."""
+"""The ``spyrl`` command line: play, rollout, replay, view, tournament, bench, baselines, train, plot, eval."""
 
 from __future__ import annotations
 
@@ -63,6 +63,10 @@ def _add_game_args(p: argparse.ArgumentParser, default_agent: str = "heuristic")
         action="store_true",
         help="exit 0 even when an agent forfeited every action (otherwise 3: its backend is down)",
     )
+    _add_sampling_args(p)
+
+
+def _add_sampling_args(p: argparse.ArgumentParser) -> None:
     s = p.add_argument_group("LLM sampling")
     s.add_argument("--temperature", type=float, default=0.7)
     s.add_argument("--top-p", type=float, default=1.0)
@@ -387,6 +391,42 @@ def cmd_tournament(args: argparse.Namespace) -> int:
     return _report_forfeits(result.buffer.rows, args)
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from spyrl.evaluation.bench import bench_table, run_bench, set_path, write_set
+
+    if args.set == "build":
+        for kind in ("detect", "spy"):
+            console.print(
+                f"wrote {write_set(kind, Path(args.out_dir) / set_path(kind).name if args.out_dir else None)}"
+            )
+        return 0
+    if args.compare:
+        print(bench_table([json.loads(Path(path).read_text(encoding="utf-8")) for path in args.compare]))
+        return 0
+    if not args.model:
+        raise ValueError(f"spyrl bench {args.set} needs --model SPEC")
+    policy = _load_agent(args.model, args)
+    decoding = {
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "max_new_tokens": args.max_new_tokens,
+        "vote_mode": args.vote_mode,
+        "think_tokens": args.think_tokens,
+        "abstain": args.abstain,
+        "answer": args.answer,
+        "seed": args.seed,
+    }
+    with console.status(f"spyrl bench {args.set}: {args.model}"):
+        results = run_bench(args.set, policy, model=args.model, limit=args.limit, decoding=decoding, seed=args.seed)
+    from spyrl.evaluation import save_results
+
+    out = args.out or f"runs/bench/{args.set}-{args.model.replace('/', '_').replace(':', '_')}.json"
+    path = save_results(results, out)
+    print(bench_table([results]))
+    console.print(f"results written to {path}")
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from trainers.config import SpyRLConfig
 
@@ -542,7 +582,7 @@ def _add_max_forfeit_rate(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-forfeit-rate",
         type=float,
-        default=0.5,
+        default=0.1,
         help="agents that forfeit a larger share of their actions are flagged and not ranked",
     )
 
@@ -642,6 +682,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_max_forfeit_rate(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_tournament)
+
+    p = sub.add_parser(
+        "bench", help="fixed held-out benchmark sets: detect (vote as a civilian) or spy (survive as the spy)"
+    )
+    p.add_argument("set", choices=("detect", "spy", "build"), help="the set to run, or 'build' to rebuild both files")
+    p.add_argument(
+        "--model", default=None, help="agent spec: heuristic, random, smollm2, hf:PATH, vllm:ID, openai:M@URL"
+    )
+    p.add_argument("--limit", type=int, default=None, help="only the first N games of the set")
+    p.add_argument("--out", default=None, help="results JSON (default runs/bench/SET-MODEL.json)")
+    p.add_argument("--out-dir", default=None, help="build: write the sets here instead of the package data")
+    p.add_argument("--compare", nargs="+", default=None, metavar="RESULTS", help="tabulate saved results instead")
+    p.add_argument("--seed", type=int, default=0, help="seed of the model's sampling")
+    _add_sampling_args(p)
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("baselines", help="detection accuracy of scripted agents per degradation operator")
     p.add_argument("--games", type=int, default=500)

@@ -68,8 +68,8 @@ def test_smollm2_loads_from_the_wheel_converts_once_and_plays(tmp_path_factory):
 
 def test_seat_schedule_seats_everyone_and_mixes_tables():
     schedule = seat_schedule(["a", "b", "c"], 5, 40, seed=0)
-    assert all(set(seats) == {"a", "b", "c"} and len(seats) == 5 for seats in schedule)
-    assert len({tuple(s) for s in schedule}) > 10
+    assert all(set(t.seats) == {"a", "b", "c"} and len(t.seats) == 5 for t in schedule)
+    assert len({t.seats for t in schedule}) > 10
     with pytest.raises(ValueError):
         seat_schedule(list("abcdef"), 5, 1, seed=0)
 
@@ -88,7 +88,8 @@ def test_tournament_metrics_ratings_and_files(tmp_path):
     # blends in while a random spy does not: the heuristic must win on reward and rating.
     assert m["heuristic"]["spy_caught_rate"] < m["random"]["spy_caught_rate"]
     assert m["heuristic"]["reward/civilian_perform"] > m["random"]["reward/civilian_perform"]
-    assert result.ratings["heuristic"]["ordinal"] > result.ratings["random"]["ordinal"]
+    assert result.ratings["heuristic"]["mean"] > result.ratings["random"]["mean"]
+    assert result.ratings["heuristic"]["rank"] == 1
     paths = result.save(tmp_path)
     summary = json.loads(paths["summary"].read_text())
     assert set(summary["metrics"]) == {"heuristic", "random"}

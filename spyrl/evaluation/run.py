@@ -119,7 +119,7 @@ def plot_results(runs: Sequence[Mapping[str, Any]], path: str | os.PathLike) -> 
 
 
 def game_evaluation(
-    policy: Any, name: str, num_games: int, *, seed: int = 0, config: Any = None, max_forfeit_rate: float = 0.5
+    policy: Any, name: str, num_games: int, *, seed: int = 0, config: Any = None, max_forfeit_rate: float = 0.1
 ):
     """The model against the heuristic and random baselines at mixed tables (a tournament)."""
     import agents

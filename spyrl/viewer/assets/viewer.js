@@ -387,17 +387,19 @@
   }
 
   // ------------------------------------------------------------ tournament
-  var COUNTS = /^(actions|games_as_spy|civilian_votes)$/;
+  var COUNTS = /^(actions|games_as_spy|civilian_votes|seats|rank)$/;
   function renderTournament() {
     var tab = document.getElementById("tab-tournament"), T = DATA.tournament;
     var cfg = T.config || {};
     tab.appendChild(el("h2", { text: "Tournament " + DATA.title + " · " + (cfg.num_games === undefined ? "?" : cfg.num_games) + " games" }));
+    // role-fair ratings (agents.tournament): rank 1 first, flagged (unranked) agents last
     var names = Object.keys(T.metrics).sort(function (a, b) {
-      var ra = (T.ratings[a] || {}).ordinal, rb = (T.ratings[b] || {}).ordinal;
-      return (rb === undefined || rb === null ? -1e9 : rb) - (ra === undefined || ra === null ? -1e9 : ra);
+      var ra = (T.ratings[a] || {}).rank, rb = (T.ratings[b] || {}).rank;
+      return (ra === undefined || ra === null ? 1e9 : ra) - (rb === undefined || rb === null ? 1e9 : rb);
     });
-    var cols = [["rating (ordinal)", function (n) { return (T.ratings[n] || {}).ordinal; }], ["μ", function (n) { return (T.ratings[n] || {}).mu; }],
-      ["σ", function (n) { return (T.ratings[n] || {}).sigma; }]];
+    function R(key) { return function (n) { return (T.ratings[n] || {})[key]; }; }
+    var cols = [["rank", function (n) { var r = T.ratings[n] || {}; return r.flagged ? "flagged" : r.rank; }],
+      ["rating", R("mean")], ["95% low", R("low")], ["95% high", R("high")], ["P(best)", R("p_best")]];
     var metricKeys = [];
     names.forEach(function (n) { Object.keys(T.metrics[n]).forEach(function (k) { if (metricKeys.indexOf(k) < 0) metricKeys.push(k); }); });
     metricKeys.forEach(function (k) { cols.push([k, function (n) { return T.metrics[n][k]; }]); });

@@ -1,0 +1,386 @@
+"""Fixed benchmark sets: one number per model, comparable across runs and papers.
+
+Two versioned sets ship with the package (``spy_env/data/bench/*.json``), built once from the
+documents every training preset holds out (:func:`spy_env.corpus.split_documents`, fraction 0.2):
+
+- **detect**: N fixed games whose performances were produced once by fixed reference players
+  (scripted heuristic performers, each seat extracting 2–4 numbers of its copy, so the civilians'
+  texts differ). The model reads each game from one civilian's seat (the env's real vote prompt
+  for that game) and votes. Score: detection accuracy (abstentions and invalid votes are misses;
+  chance is 1/4 with 5 players), plus the expected accuracy when the backend reports its vote
+  distribution.
+- **spy**: N fixed games where the model holds the spy seat: it performs on its degraded copy,
+  the civilians' performances are the stored reference texts and the civilians vote with fixed
+  detectors (the ``heuristic`` agent, seeded per game). The spy's own vote is fixed to N/A, so the
+  score measures only how well its performance blends in. Score: survival rate (plurality voting
+  did not single out the spy).
+
+Every score comes with a bootstrap 95% interval over games (:mod:`spy_env.heldout`). A set
+records its game config, each game's setup (document id, spy seat, degradation seed, env seed)
+and the SHA-256 of the document and of the spy's copy, so a changed corpus or degradation
+operator is an error rather than a silently different benchmark; a change of the game means a
+new ``version``. :func:`build_set` rebuilds a set byte for byte (a test checks it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spy_env.config import GameConfig
+from spy_env.corpus import HELDOUT_SALT, CorpusFilter, Document, load_corpus, split_documents
+from spy_env.env import parallel_env
+from spy_env.heldout import Interval, bootstrap
+from spy_env.io import write_text
+from spy_env.policy import Action, Policy
+from spy_env.runner import _call as call_policy
+
+__all__ = [
+    "KINDS",
+    "VERSION",
+    "BenchGame",
+    "BenchSet",
+    "bench_table",
+    "build_set",
+    "heldout_documents",
+    "load_set",
+    "run_bench",
+    "set_path",
+    "write_set",
+]
+
+KINDS = ("detect", "spy")
+VERSION = 1
+NUM_GAMES = 100
+HELDOUT_FRACTION = 0.2
+ABSTAIN = "<vote>N/A</vote>"
+# What each set reports, headline first.
+METRICS = {
+    "detect": ("detection_accuracy", "expected_accuracy", "na_rate", "valid_vote_rate"),
+    "spy": ("survival_rate", "votes_against_share", "no_answer_rate", "valid_performance_rate"),
+}
+
+
+@dataclass(frozen=True)
+class BenchGame:
+    """One fixed game: its setup and the stored performances (``None`` at the model's seat)."""
+
+    game_seed: int
+    document_id: str
+    document_sha256: str
+    spy_seat: int
+    degrade_seed: int
+    spy_copy_sha256: str
+    seat: int  # the model's seat: a civilian voter (detect) or the spy (spy)
+    performances: tuple[str | None, ...]
+
+    def options(self) -> dict[str, Any]:
+        return {"document_id": self.document_id, "spy_seat": self.spy_seat, "degrade_seed": self.degrade_seed}
+
+
+@dataclass(frozen=True)
+class BenchSet:
+    kind: str
+    version: int
+    config: GameConfig
+    games: tuple[BenchGame, ...]
+    sha256: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}-v{self.version}"
+
+
+def set_path(kind: str, version: int = VERSION) -> Path:
+    """Where the shipped set lives inside the installed ``spy_env`` package."""
+    _check_kind(kind)
+    return Path(str(resources.files("spy_env") / "data" / "bench" / f"{kind}-v{version}.json"))
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"benchmark set must be one of {KINDS}, got {kind!r}")
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def heldout_documents(config: GameConfig, fraction: float = HELDOUT_FRACTION) -> list[Document]:
+    """The held-out split of the config's corpus (what no preset trains on), in corpus order."""
+    filt = CorpusFilter(truncate=config.max_document_chars)
+    documents = load_corpus(config.corpus, filt, max_documents=config.max_documents)
+    return split_documents(documents, fraction)[1]
+
+
+# ------------------------------------------------------------------------ build
+def build_set(kind: str, num_games: int = NUM_GAMES, *, seed: int = 0, config: GameConfig | None = None) -> str:
+    """The JSON text of a set: ``num_games`` games on held-out documents, reference performances.
+
+    Deterministic: the same arguments give the same text. Reference performers are scripted
+    heuristic agents, one per seat with 2–4 salient numbers (drawn per game), so civilians do not
+    all write the same text.
+    """
+    from agents.scripted import HeuristicAgent
+
+    _check_kind(kind)
+    config = config or GameConfig()
+    documents = heldout_documents(config)
+    if not documents:
+        raise ValueError("the corpus has no held-out documents to build a benchmark set from")
+    env = parallel_env(replace(config, corpus=tuple(documents), max_documents=None))
+    rng = np.random.default_rng([seed, KINDS.index(kind)])
+    n = config.n_players
+    games = []
+    for i in range(num_games):
+        if i % len(documents) == 0:
+            order = rng.permutation(len(documents))
+        document = documents[int(order[i % len(documents)])]
+        spy_seat = int(rng.integers(n))
+        civilians = [s for s in range(n) if s != spy_seat]
+        seat = spy_seat if kind == "spy" else int(rng.choice(civilians))
+        n_numbers = [int(k) for k in rng.integers(2, 5, size=n)]
+        game_seed, degrade_seed = int(rng.integers(2**31 - 1)), int(rng.integers(2**63 - 1))
+        options = {"document_id": document.id, "spy_seat": spy_seat, "degrade_seed": degrade_seed}
+        observations, _ = env.reset(seed=game_seed, options=options)
+        performances: list[str | None] = []
+        for s, agent in enumerate(env.possible_agents):
+            if kind == "spy" and s == spy_seat:
+                performances.append(None)
+                continue
+            performer = HeuristicAgent(seed=game_seed + s, n_numbers=n_numbers[s])
+            performances.append(performer.act([observations[agent]])[0])
+        games.append(
+            {
+                "game_seed": game_seed,
+                "document_id": document.id,
+                "document_sha256": _sha256(document.text),
+                "spy_seat": spy_seat,
+                "degrade_seed": degrade_seed,
+                "spy_copy_sha256": _sha256(env.game.views[spy_seat]),
+                "seat": seat,
+                "performances": performances,
+            }
+        )
+    game_fields = {k: v for k, v in config.to_dict().items() if k not in ("corpus", "max_documents")}
+    payload = {
+        "name": kind,
+        "version": VERSION,
+        "description": _DESCRIPTIONS[kind],
+        "heldout": {"corpus": config.corpus, "fraction": HELDOUT_FRACTION, "salt": HELDOUT_SALT},
+        "reference": {
+            "performers": "heuristic, 2-4 salient numbers per seat (drawn per game), seed game_seed + seat",
+            "detectors": "heuristic, seed game_seed" if kind == "spy" else None,
+        },
+        "build": {"num_games": num_games, "seed": seed},
+        "config": game_fields,
+        "games": games,
+    }
+    return json.dumps(payload, indent=1, ensure_ascii=False) + "\n"
+
+
+_DESCRIPTIONS = {
+    "detect": "Read a fixed game from a civilian's seat and vote for the spy; score: detection accuracy.",
+    "spy": "Hold the spy seat (perform on the degraded copy) against fixed heuristic detectors; "
+    "the spy's vote is fixed to N/A; score: survival rate.",
+}
+
+
+# ------------------------------------------------------------------------- load
+def load_set(kind: str, path: str | os.PathLike | None = None) -> tuple[BenchSet, list[Document]]:
+    """A set and the documents its games use (checked against the recorded hashes)."""
+    _check_kind(kind)
+    text = Path(path or set_path(kind)).read_text(encoding="utf-8")
+    raw = json.loads(text)
+    if raw.get("name") != kind:
+        raise ValueError(f"{path or set_path(kind)} is a {raw.get('name')!r} set, not {kind!r}")
+    config = GameConfig.from_dict({**raw["config"], "corpus": raw["heldout"]["corpus"]})
+    documents = {d.id: d for d in heldout_documents(config, raw["heldout"]["fraction"])}
+    games = tuple(BenchGame(**{**g, "performances": tuple(g["performances"])}) for g in raw["games"])
+    for game in games:
+        document = documents.get(game.document_id)
+        if document is None or _sha256(document.text) != game.document_sha256:
+            raise ValueError(
+                f"benchmark {kind}-v{raw['version']}: document {game.document_id!r} is missing from the held-out "
+                "split or its text changed; the set no longer matches this corpus"
+            )
+    used = sorted({g.document_id for g in games})
+    bench = BenchSet(kind, int(raw["version"]), config, games, _sha256(text))
+    return bench, [documents[i] for i in used]
+
+
+# -------------------------------------------------------------------------- run
+def _start(bench: BenchSet, documents: Sequence[Document], games: Sequence[BenchGame]) -> list[tuple[Any, dict]]:
+    """An env per game, reset to its setup; returns ``(env, perform-stage observations)``."""
+    config = replace(bench.config, corpus=tuple(documents), max_documents=None)
+    started = []
+    for game in games:
+        env = parallel_env(config)
+        observations, _ = env.reset(seed=game.game_seed, options=game.options())
+        if _sha256(env.game.views[game.spy_seat]) != game.spy_copy_sha256:
+            raise ValueError(
+                f"benchmark {bench.name}: the spy's copy of game {game.game_seed} differs from the one recorded "
+                "(the degradation operator changed); rebuild the set under a new version"
+            )
+        started.append((env, observations))
+    return started
+
+
+def _score_detect(policy: Policy, bench: BenchSet, documents: Sequence[Document], games: Sequence[BenchGame]):
+    started = _start(bench, documents, games)
+    vote_observations = []
+    for (env, _), game in zip(started, games, strict=True):
+        observations, *_ = env.step(dict(zip(env.possible_agents, game.performances, strict=True)))
+        vote_observations.append(observations[env.possible_agents[game.seat]])
+    actions = call_policy(policy, vote_observations)
+    items = []
+    for (env, _), game, action, observation in zip(started, games, actions, vote_observations, strict=True):
+        voter = env.possible_agents[game.seat]
+        replies = {agent: ABSTAIN for agent in env.agents}
+        replies[voter] = action.text
+        _, _, _, _, infos = env.step(replies)
+        vote = infos[voter]["vote"]
+        legal = [int(s) for s in np.flatnonzero(observation["vote_targets"])]
+        items.append(
+            {
+                **_item_head(game),
+                "vote": -1 if vote is None else int(vote),
+                "detection_accuracy": float(vote == game.spy_seat),
+                "expected_accuracy": _expected(action, game.spy_seat),
+                "chance": 1 / len(legal),
+                "na_rate": float(vote is None),
+                "valid_vote_rate": float(not infos[voter]["violations"]),
+                "violations": list(infos[voter]["violations"]),
+                "error": action.error or "",
+                "completion": action.text,
+            }
+        )
+    return items
+
+
+def _score_spy(policy: Policy, bench: BenchSet, documents: Sequence[Document], games: Sequence[BenchGame]):
+    from agents.scripted import HeuristicAgent
+
+    started = _start(bench, documents, games)
+    actions = call_policy(
+        policy, [obs[env.possible_agents[g.seat]] for (env, obs), g in zip(started, games, strict=True)]
+    )
+    items = []
+    for (env, _), game, action in zip(started, games, actions, strict=True):
+        spy = env.possible_agents[game.seat]
+        texts = dict(zip(env.possible_agents, game.performances, strict=True))
+        texts[spy] = action.text
+        observations, _, _, _, infos = env.step(texts)
+        perform_violations = list(infos[spy]["violations"])
+        detectors = [a for a in env.agents if a != spy]
+        detector = HeuristicAgent(seed=game.game_seed)  # fixed and seeded per game: order-independent
+        replies = dict(zip(detectors, detector.act([observations[a] for a in detectors]), strict=True))
+        replies[spy] = ABSTAIN
+        _, _, _, _, infos = env.step(replies)
+        truth = infos[spy]["truth"]
+        items.append(
+            {
+                **_item_head(game),
+                "votes_against": int(truth["votes_received"][0][game.spy_seat]),
+                "survival_rate": float(not truth["spy_caught"]),
+                "votes_against_share": truth["votes_received"][0][game.spy_seat] / len(detectors),
+                "no_answer_rate": float("no_answer" in perform_violations),
+                "valid_performance_rate": float(not perform_violations),
+                "violations": perform_violations,
+                "error": action.error or "",
+                "completion": action.text,
+            }
+        )
+    return items
+
+
+def _item_head(game: BenchGame) -> dict[str, Any]:
+    return {"game_seed": game.game_seed, "document_id": game.document_id, "spy_seat": game.spy_seat, "seat": game.seat}
+
+
+def _expected(action: Action, spy_seat: int) -> float:
+    """The probability the voter gave the spy at its choice step (NaN when unknown)."""
+    if not action.vote_distribution:
+        return float("nan")
+    return float(action.vote_distribution.get(str(spy_seat + 1), 0.0))
+
+
+def run_bench(
+    kind: str,
+    policy: Policy,
+    *,
+    model: str = "",
+    limit: int | None = None,
+    path: str | os.PathLike | None = None,
+    decoding: Mapping[str, Any] | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Score ``policy`` on a set; returns results in ``spyrl eval``'s JSON format.
+
+    ``results["<kind>-v<version>"]`` has ``n``, ``k`` (1), ``accuracy`` (the headline score:
+    detection accuracy or survival rate), ``interval`` (its bootstrap 95% interval), every metric
+    with its interval under ``metrics``, and one record per game under ``items``. ``limit`` plays
+    the first ``limit`` games (a prefix of the set, so short runs are comparable to each other).
+    """
+    bench, documents = load_set(kind, path)
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {limit}")
+    games = bench.games[:limit]
+    score = _score_detect if kind == "detect" else _score_spy
+    items = score(policy, bench, documents, games)
+    metrics: dict[str, Interval] = {m: bootstrap([item[m] for item in items]) for m in METRICS[kind]}
+    headline = metrics[METRICS[kind][0]]
+    return {
+        "model": model or getattr(policy, "name", type(policy).__name__),
+        "decoding": dict(decoding or {}),
+        "protocol": {
+            "bench": bench.name,
+            "score": METRICS[kind][0],
+            "set_sha256": bench.sha256,
+            "interval": "bootstrap percentile 95% over games (2000 resamples, seed 0)",
+            "description": _DESCRIPTIONS[kind],
+        },
+        "seed": seed,
+        "limit": limit,
+        "results": {
+            bench.name: {
+                "n": len(items),
+                "k": 1,
+                "accuracy": headline.mean,
+                "interval": headline.to_dict(),
+                "metrics": {m: interval.to_dict() for m, interval in metrics.items()},
+                "forfeits": sum(bool(item["error"]) for item in items),
+                "items": items,
+            }
+        },
+    }
+
+
+def bench_table(runs: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown: one row per results file and set, the headline score with its interval.
+
+    ``forfeits`` counts games whose call failed (a dead server): they score as misses, so a row
+    with many forfeits measures the backend, not the model.
+    """
+    lines = ["| model | set | score | mean [95% CI] | n | forfeits |", "|---|---|---|---|---|---|"]
+    for run in runs:
+        for name, r in run["results"].items():
+            if "interval" not in r:
+                continue
+            i = Interval(**r["interval"])
+            score = run.get("protocol", {}).get("score", "accuracy")
+            lines.append(f"| {run['model']} | {name} | {score} | {i} | {r['n']} | {r.get('forfeits', 0)} |")
+    return "\n".join(lines)
+
+
+def write_set(kind: str, out: str | os.PathLike | None = None, **kwargs: Any) -> Path:
+    """Build a set and write it (default: the shipped file)."""
+    return write_text(out or set_path(kind), build_set(kind, **kwargs))

@@ -1,0 +1,154 @@
+"""The fixed benchmark sets: reproducible files, held out of every training preset, real prompts, scores."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import agents
+from spy_env.corpus import CorpusFilter, is_heldout, load_corpus, split_documents
+from spyrl.evaluation import results_table
+from spyrl.evaluation.bench import KINDS, build_set, load_set, run_bench, set_path
+from trainers.config import PRESETS, SpyRLConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Recorder:
+    """Records what it is shown; performs/votes like the heuristic."""
+
+    name = "recorder"
+
+    def __init__(self):
+        self.inner, self.seen = agents.HeuristicAgent(), []
+
+    def act(self, observations):
+        self.seen += list(observations)
+        return self.inner.act(observations)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_shipped_sets_are_versioned_and_rebuild_identically(kind):
+    text = set_path(kind).read_text(encoding="utf-8")
+    raw = json.loads(text)
+    assert raw["name"] == kind and raw["version"] == 1 and set_path(kind).name == f"{kind}-v1.json"
+    assert len(raw["games"]) == raw["build"]["num_games"] == 100
+    assert build_set(kind, raw["build"]["num_games"], seed=raw["build"]["seed"]) == text
+
+
+def _train_ids(config: SpyRLConfig) -> set[str]:
+    """The documents a trainer with ``config`` plays (the same load and split as SpyRLTrainer)."""
+    game = config.game_config()
+    documents = load_corpus(
+        game.corpus, CorpusFilter(truncate=game.max_document_chars), max_documents=game.max_documents
+    )
+    return {d.id for d in split_documents(documents, config.heldout_fraction)[0]}
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+@pytest.mark.parametrize("kind", KINDS)
+def test_benchmark_documents_are_held_out_of_every_preset(kind, preset, tmp_path):
+    bench, documents = load_set(kind)
+    ids = {g.document_id for g in bench.games}
+    assert ids == {d.id for d in documents} and len(ids) >= 10
+    config = SpyRLConfig.preset(preset, output_dir=str(tmp_path))
+    assert not ids & _train_ids(config)
+    # corpus-independent: the split is a hash of the id, so no corpus could put them in training
+    assert all(is_heldout(i, config.heldout_fraction) for i in ids)
+    # and the check has teeth: a preset that held nothing out would train on the benchmark
+    assert ids <= _train_ids(SpyRLConfig.preset(preset, output_dir=str(tmp_path), heldout_fraction=0.0))
+
+
+def test_detect_shows_the_model_the_envs_vote_prompt_from_a_civilian_seat():
+    recorder = Recorder()
+    results = run_bench("detect", recorder, limit=12)
+    bench, documents = load_set("detect")
+    texts = {d.id: d.text for d in documents}
+    assert len(recorder.seen) == 12
+    for obs, game in zip(recorder.seen, bench.games, strict=False):
+        assert obs["stage"] == 1 and obs["seat"] == game.seat != game.spy_seat
+        assert obs["copy"] == texts[game.document_id]  # a civilian reads the source
+        assert tuple(obs["performances"]) == tuple(p.strip() for p in game.performances)
+        assert f"Player {game.seat + 1}" in obs["prompt"] and game.performances[game.spy_seat].strip() in obs["prompt"]
+    items = results["results"]["detect-v1"]["items"]
+    assert [i["game_seed"] for i in items] == [g.game_seed for g in bench.games[:12]]
+
+
+def test_spy_gives_the_model_the_spy_seat_and_its_degraded_copy():
+    recorder = Recorder()
+    run_bench("spy", recorder, limit=12)
+    bench, documents = load_set("spy")
+    texts = {d.id: d.text for d in documents}
+    assert [obs["seat"] for obs in recorder.seen] == [g.spy_seat for g in bench.games[:12]]
+    assert all(obs["stage"] == 0 for obs in recorder.seen)
+    assert all(obs["copy"] != texts[g.document_id] for obs, g in zip(recorder.seen, bench.games, strict=False))
+
+
+def test_scores_of_the_scripted_agents_with_intervals_in_eval_format():
+    heuristic = run_bench("detect", agents.load("heuristic"), model="heuristic")
+    random = run_bench("detect", agents.load("random"), model="random")
+    h, r = heuristic["results"]["detect-v1"], random["results"]["detect-v1"]
+    assert set(heuristic) >= {"model", "decoding", "protocol", "seed", "limit", "results"}
+    assert h["n"] == 100 and h["k"] == 1 and len(h["items"]) == 100
+    assert h["interval"]["low"] <= h["accuracy"] <= h["interval"]["high"]
+    assert h["interval"]["low"] > r["interval"]["high"]  # the heuristic reads the games; random is chance
+    assert abs(r["accuracy"] - 0.25) < 0.12 and math.isnan(h["metrics"]["expected_accuracy"]["mean"])
+    assert "| heuristic |" in results_table([heuristic, random])  # `spyrl eval --compare` reads it
+    spy_h = run_bench("spy", agents.load("heuristic"))["results"]["spy-v1"]
+    spy_r = run_bench("spy", agents.load("random"))["results"]["spy-v1"]
+    assert spy_h["accuracy"] > spy_r["accuracy"] and spy_r["metrics"]["votes_against_share"]["mean"] > 0.5
+
+
+def test_a_limit_is_a_prefix_of_the_full_run():
+    full = run_bench("spy", agents.load("heuristic"))["results"]["spy-v1"]["items"]
+    short = run_bench("spy", agents.load("heuristic"), limit=20)["results"]["spy-v1"]["items"]
+    assert short == full[:20]
+
+
+def test_a_changed_document_or_operator_is_an_error(tmp_path):
+    raw = json.loads(set_path("detect").read_text(encoding="utf-8"))
+    raw["games"][0]["document_sha256"] = "0" * 64
+    (tmp_path / "a.json").write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match="text changed"):
+        load_set("detect", tmp_path / "a.json")
+    raw = json.loads(set_path("detect").read_text(encoding="utf-8"))
+    raw["games"][0]["spy_copy_sha256"] = "0" * 64
+    (tmp_path / "b.json").write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match="degradation operator changed"):
+        run_bench("detect", agents.load("random"), path=tmp_path / "b.json", limit=1)
+
+
+def test_bench_command(tmp_path):
+    def spyrl(*args):
+        proc = subprocess.run([sys.executable, "-m", "spyrl", *args], capture_output=True, text=True, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr + proc.stdout
+        return proc.stdout
+
+    out = spyrl("bench", "spy", "--model", "heuristic", "--limit", "10", "--out", str(tmp_path / "h.json"))
+    assert "| heuristic | spy-v1 | survival_rate |" in out
+    results = json.loads((tmp_path / "h.json").read_text())
+    assert results["limit"] == 10 and results["results"]["spy-v1"]["n"] == 10
+    assert "| heuristic | spy-v1 |" in spyrl("bench", "spy", "--compare", str(tmp_path / "h.json"))
+    spyrl("bench", "build", "--out-dir", str(tmp_path / "sets"))
+    for kind in KINDS:
+        assert (tmp_path / "sets" / f"{kind}-v1.json").read_text() == set_path(kind).read_text()
+
+
+def test_an_hf_model_gets_expected_accuracy_from_its_vote_distribution(tiny_model_dir):
+    from agents.hf import HFPolicy
+
+    policy = HFPolicy.from_pretrained(
+        str(tiny_model_dir),
+        device="cpu",
+        vote_mode="constrained",
+        sampling=agents.SamplingParams(max_new_tokens=8, seed=0),
+    )
+    result = run_bench("detect", policy, model="tiny", limit=3)["results"]["detect-v1"]
+    assert result["n"] == 3 and result["forfeits"] == 0
+    for item in result["items"]:
+        assert 0.0 <= item["expected_accuracy"] <= 1.0 and item["valid_vote_rate"] == 1.0
