@@ -80,7 +80,7 @@ def group_scaled(
 def add_penalties(advantages: Sequence[float], penalties: Sequence[float]) -> np.ndarray:
     """``A_i + p_i``: format/rule penalties (≤ 0) charged to the offender's advantage alone.
 
-    Added after the group normalisation (Eq. 5) or the role baseline (Eq. 8), so a penalty never
+    Added after the group normalisation (Eq. 5) or the RAE role baseline, so a penalty never
     shifts the mean another player is measured against nor is divided by a group std: with the
     penalty inside the reward, votes ``[0, 0, 0, invalid]`` gave the three wrong votes ``+0.58``.
 
@@ -104,7 +104,7 @@ def controller_signals(metrics: Mapping[str, float], spy_vote_trained: bool) -> 
 
 @dataclass
 class RAEBaselines:
-    """Role-conditioned EMA baselines ``b_role`` (RAE, Eq. 8).
+    """Role-conditioned EMA baselines ``b_role`` (RAE): the performing-stage advantage.
 
     ``advantages`` uses the baselines *before* this batch's update, then updates them with the
     batch mean reward of each role: ``b_role ← α b_role + (1 − α) r̄_role``.

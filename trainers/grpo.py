@@ -9,7 +9,7 @@ One iteration (reads top to bottom in :meth:`SpyRLTrainer.train_iteration`):
    the detection stage (the spy's vote only with ``train_spy_vote``).
 3. **Advantages.** Detection: rewards normalised over each game's voters (Eq. 5; the spy's vote
    in the group with ``spy_vote_in_group``). Performing: ``r − b_role`` with role-conditioned
-   EMA baselines (RAE, Eq. 8, seeded by the first batch), optionally scaled within
+   EMA baselines (RAE, seeded by the first batch), optionally scaled within
    ``replay_setup`` groups. Penalties are charged to the offender's advantage alone.
 4. **Updates.** Behaviour and reference log-probs are computed once (no grad); then mini-batches
    (``mini_batch_size`` samples, or documents as verl counts them, or ``updates_per_iteration``
@@ -421,7 +421,7 @@ class SpyRLTrainer:
         """The rows of ``stage`` that train, with their advantages in ``row['advantage']``.
 
         Votes: Eq. 5 over ``r^D`` within each group (a game's voters, the spy's included with
-        ``spy_vote_in_group``). Performances: RAE, ``r^P − b_role`` (Eq. 8), optionally scaled by
+        ``spy_vote_in_group``). Performances: RAE, ``r^P − b_role``, optionally scaled by
         the replay group's std. Penalties are added to the offender's advantage afterwards
         (``penalty_advantage="own"``) or folded into the reward first (``"shared"``).
         """
@@ -581,6 +581,8 @@ class SpyRLTrainer:
                 mini = order[mb_start : mb_start + mini_batch_size]
                 micros = [mini[i : i + c.micro_batch_size] for i in range(0, len(mini), c.micro_batch_size)]
                 items = int(sum(samples.scored[i].sum().item() for i in mini))
+                if self.distributed:  # dapo/token-mean over every process's tokens (DDP then averages gradients)
+                    items = self._all_reduce([items])[0] / self.accelerator.num_processes
                 for k, micro in enumerate(micros):
                     # Gradients accumulate over the mini-batch's micro-batches: DeepSpeed steps only at
                     # the boundary (accelerate reads sync_gradients), DDP all-reduces only there.
