@@ -261,3 +261,19 @@ def test_paper_preset_removes_spans_silently():
     default_env = spy_env.parallel_env(**{**game, "mask_placeholder": "[…]"})
     observations, _ = default_env.reset(seed=3)
     assert "[…]" in observations[f"player_{spy}"]["prompt"]  # the marked form stays one flag away
+
+
+# ------------------------------------------------------------------------------- the GPU check
+def test_gpu_check_says_it_needs_cuda_and_exits_2(monkeypatch, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    args = gpu_check.parse_args(["--budget", "300", "--model", "some/folder"])
+    assert (args.budget, args.model, args.cpu_dry_run) == (300.0, "some/folder", False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_check.main([]) == 2
+    assert "needs CUDA" in capsys.readouterr().err
