@@ -277,3 +277,15 @@ def test_gpu_check_says_it_needs_cuda_and_exits_2(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert gpu_check.main([]) == 2
     assert "needs CUDA" in capsys.readouterr().err
+
+
+def test_paper_preset_plays_each_training_document_once_per_epoch():
+    from trainers.grpo import epoch_documents
+
+    paper = SpyRLConfig.preset(PAPER)
+    assert paper.document_order == "epoch"
+    documents = [f"doc-{i}" for i in range(40)]
+    per = 8
+    played = [d for step in range(10) for d in epoch_documents(documents, per, step, seed=paper.seed)]
+    assert sorted(played[:40]) == sorted(documents) and sorted(played[40:]) == sorted(documents)
+    assert epoch_documents(documents, per, 3, seed=0) == epoch_documents(documents, per, 3, seed=0)

@@ -69,6 +69,11 @@ class SpyRLConfig:
     documents_per_iteration: int = _f(128, "Documents per iteration (paper: 128).")
     games_per_document: int = _f(8, "Games sharing a document: the GRPO group (paper: 8).")
     replay_setup: bool = _f(True, "Games of a group also share spy seat and masks (exchangeable groups).")
+    document_order: str = _f(
+        "random",
+        "Documents of an iteration: random (a fresh draw from the training documents each iteration) or "
+        "epoch (seeded epochs, as a shuffled data loader: each document once before any repeats).",
+    )
     # ------------------------------------------------------------ rollouts
     generation: str = _f(
         "hf",
@@ -234,6 +239,7 @@ class SpyRLConfig:
             "detect_ratio_level": LEVELS,
             "detect_advantage_groups": ("game", "prompt"),
             "mini_batch_unit": ("samples", "documents"),
+            "document_order": ("random", "epoch"),
             "kl_estimator": KL_ESTIMATORS,
             "penalty_advantage": ("own", "shared"),
             "rae_init": ("first_batch", "zero"),
@@ -369,6 +375,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "vllm_enable_sleep_mode": True,
         "documents_per_iteration": 128,
         "games_per_document": 8,
+        "document_order": "epoch",  # a data loader's epoch: 12,800 training documents, each played once
         # verl's ppo_mini_batch_size counts prompts (documents): 128 of 128 = one on-policy update per iteration
         "mini_batch_size": 128,
         "mini_batch_unit": "documents",

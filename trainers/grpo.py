@@ -67,7 +67,7 @@ from trainers.sinks import MetricSinks
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SpyRLTrainer", "load_policy_model", "sequence_logps"]
+__all__ = ["SpyRLTrainer", "epoch_documents", "load_policy_model", "sequence_logps"]
 
 STATE_FILE = "trainer_state.pt"
 _DDP = ("MULTI_GPU", "MULTI_CPU", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU", "MULTI_HPU")  # no_sync is safe there
@@ -87,6 +87,25 @@ def decoding_options(config: SpyRLConfig) -> dict[str, Any]:
         "answer": config.answer,
         "answer_tokens": config.answer_tokens,
     }
+
+
+def epoch_documents(documents: Sequence[Any], per_step: int, step: int, seed: int) -> list[Any]:
+    """The ``per_step`` documents of step ``step`` when steps walk seeded epochs of ``documents``.
+
+    Like a shuffled data loader (verl's): every document is played once per epoch before any
+    repeats; epoch ``e`` is a permutation seeded by ``(seed, e)``, so a resumed run draws the same.
+
+    >>> steps = [epoch_documents("abcd", 2, k, seed=0) for k in range(4)]
+    >>> sorted(steps[0] + steps[1]), sorted(steps[2] + steps[3])
+    (['a', 'b', 'c', 'd'], ['a', 'b', 'c', 'd'])
+    """
+    n = len(documents)
+    out = []
+    for position in range(step * per_step, (step + 1) * per_step):
+        epoch, index = divmod(position, n)
+        order = np.random.default_rng(_seed_for(seed, epoch, 3)).permutation(n)
+        out.append(documents[int(order[index])])
+    return out
 
 
 def freeze_below(model: Any, top_layers: int) -> None:
@@ -388,7 +407,11 @@ class SpyRLTrainer:
             self.policy._calls = 0
         self.model.eval()
         games = c.documents_per_iteration * c.games_per_document
-        runner = self._runner(self.train_documents)
+        documents = self.train_documents
+        if c.document_order == "epoch":
+            step = self.iteration * self.accelerator.num_processes + self.rank
+            documents = epoch_documents(documents, c.documents_per_iteration, step, c.seed)
+        runner = self._runner(documents)
         return runner.run(
             [self.seat_policy] * self.game_config.n_players,
             games,
