@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -318,9 +319,38 @@ def load_hub(
     """
     if path == NEMOTRON_ID and name not in NEMOTRON_CONFIGS:
         raise ValueError(f"Nemotron-CC-Math-v1 config must be one of {NEMOTRON_CONFIGS}, got {name!r}")
-    stream = _datasets().load_dataset(path, name, split=split, streaming=True, **load_kwargs)
     source = f"{path}" + (f":{name}" if name else "")
-    return documents_from_rows(stream, filt, max_documents=max_documents, source=source)[0]
+    if path != NEMOTRON_ID:
+        stream = _datasets().load_dataset(path, name, split=split, streaming=True, **load_kwargs)
+        return documents_from_rows(stream, filt, max_documents=max_documents, source=source)[0]
+    if not _hub_token():  # gated: without a token the hub answers 401 after a slow round trip
+        raise ValueError(_nemotron_access_error("no Hugging Face token found"))
+    try:
+        stream = _datasets().load_dataset(path, name, split=split, streaming=True, **load_kwargs)
+        return documents_from_rows(stream, filt, max_documents=max_documents, source=source)[0]
+    except Exception as e:  # gated (401/403), offline, hub down: one line that says what to do
+        first_line = str(e).splitlines()[0] if str(e) else ""
+        raise ValueError(_nemotron_access_error(f"{type(e).__name__}: {first_line}")) from e
+
+
+def _hub_token() -> str | None:
+    """The Hugging Face token ``datasets`` would use (``HF_TOKEN`` or a saved login), without network."""
+    if os.environ.get("HF_TOKEN"):
+        return os.environ["HF_TOKEN"]
+    try:
+        from huggingface_hub import get_token
+    except ImportError:  # pragma: no cover - a dependency of datasets
+        return None
+    return get_token()
+
+
+def _nemotron_access_error(reason: str) -> str:
+    return (
+        f"cannot stream {NEMOTRON_ID} ({reason}). It is gated: accept its terms at "
+        f"https://huggingface.co/datasets/{NEMOTRON_ID}, then `export HF_TOKEN=hf_...` (or `hf auth login`); "
+        "or train on other documents with `--set game.corpus=embedded` or `--set game.corpus=PATH` "
+        "(a .parquet/.jsonl file or folder with id, text, metadata)"
+    )
 
 
 def load_corpus(

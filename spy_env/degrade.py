@@ -136,7 +136,12 @@ def _remove(text: str, chosen: Sequence[tuple[int, int]], placeholder: str, name
 
 @register_degrader("mask_spans")
 def mask_spans(text: str, rng: np.random.Generator, ctx: DegradeContext) -> Degraded:
-    """Mask about ``ctx.ratio`` of the characters, task-relevant sentences first."""
+    """``g(x)`` for math: remove about ``ctx.ratio`` of the characters of ``x``, task-relevant sentences first.
+
+    Whole sentences go (those with numbers/LaTeX first), adjacent ones merged into one span; each
+    span becomes ``ctx.placeholder`` (``"[…]"``, visible), or nothing with ``""`` (silent removal,
+    the paper preset's choice: a visible marker tells the spy it is the spy).
+    """
     sentences = sentence_spans(text)
     if not sentences:
         return Degraded(text, (), "mask_spans")

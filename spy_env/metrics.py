@@ -14,14 +14,15 @@ def game_metrics(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
 
     - ``detection_accuracy``: share of civilian votes cast on the spy (abstentions count as misses);
     - ``spy_caught_rate``: share of games in which plurality voting singled out the spy;
-    - ``na_rate``: share of votes that were abstentions or invalid;
+    - ``na_rate``: share of votes that were abstentions or invalid (``civilian_na_rate``: of
+      civilian votes only);
     - ``violation_rate``: share of rows (actions) with at least one violation;
     - ``forfeit_rate``: share of rows whose policy call failed;
     - mean rewards per role and stage.
     """
     games: set[tuple[str, int]] = set()
     caught: dict[tuple[str, int], bool] = {}
-    civ_votes = civ_hits = votes = abstain = n_rows = violated = forfeits = 0
+    civ_votes = civ_hits = civ_abstain = votes = abstain = n_rows = violated = forfeits = 0
     reward_sums: dict[str, float] = defaultdict(float)
     reward_counts: dict[str, int] = defaultdict(int)
     for row in rows:
@@ -41,11 +42,13 @@ def game_metrics(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
         if row["role"] == "civilian":
             civ_votes += 1
             civ_hits += row["vote"] == row["spy_seat"]
+            civ_abstain += row["vote"] < 0
     out = {
         "games": float(len(games)),
         "detection_accuracy": civ_hits / civ_votes if civ_votes else 0.0,
         "spy_caught_rate": sum(caught.values()) / len(caught) if caught else 0.0,
         "na_rate": abstain / votes if votes else 0.0,
+        "civilian_na_rate": civ_abstain / civ_votes if civ_votes else 0.0,
         "violation_rate": violated / n_rows if n_rows else 0.0,
         "forfeit_rate": forfeits / n_rows if n_rows else 0.0,
     }

@@ -55,6 +55,9 @@ def performing_rewards(
 ) -> list[float]:
     """Zero-sum performing rewards over the alive seats (dead seats get 0).
 
+    ``r_u^P = −β (m_u − m̄_c)`` for the spy ``u`` and ``r_cj^P = (β / n_c)(m_u − m̄_c) − λ (m_cj − m̄_c)``
+    for civilian ``j``, with ``m`` the votes received (``received``) from all voters ``i ∈ {1..n}``.
+
     >>> # 5 players, spy = seat 0 got 3 votes, civilian 1 got 1, civilians 2..4 none.
     >>> performing_rewards([3, 1, 0, 0, 0], 0, [True] * 5)
     [-2.75, -0.0625, 0.9375, 0.9375, 0.9375]

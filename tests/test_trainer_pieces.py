@@ -162,10 +162,10 @@ def test_group_normalized_advantages():
 
 
 def test_rae_baselines_follow_the_ema():
-    rae = RAEBaselines(alpha=0.9)
+    rae = RAEBaselines(alpha=0.9, init="zero")
     stream = [([1.0, 1.0, -2.0], ["civilian", "civilian", "spy"]), ([0.0, 2.0, -4.0], ["civilian", "civilian", "spy"])]
     a1 = rae.advantages(*stream[0])
-    assert a1.tolist() == [1.0, 1.0, -2.0]  # baselines start at 0
+    assert a1.tolist() == [1.0, 1.0, -2.0]  # init="zero": baselines start at 0
     assert rae.baselines == pytest.approx({"civilian": 0.1, "spy": -0.2})
     a2 = rae.advantages(*stream[1])
     assert a2.tolist() == pytest.approx([-0.1, 1.9, -3.8])
@@ -173,6 +173,9 @@ def test_rae_baselines_follow_the_ema():
     restored = RAEBaselines()
     restored.load_state_dict(rae.state_dict())
     assert restored == rae
+    seeded = RAEBaselines(alpha=0.9)  # the default: seeded by the first batch, then the same EMA
+    assert seeded.advantages(*stream[0]).tolist() == [0.0, 0.0, 0.0]
+    assert seeded.baselines == pytest.approx({"civilian": 1.0, "spy": -2.0})
     with pytest.raises(ValueError):
         RAEBaselines(alpha=1.0)
 

@@ -18,7 +18,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RAEBaselines", "StageController", "group_normalized_advantages"]
+__all__ = [
+    "RAEBaselines",
+    "StageController",
+    "add_penalties",
+    "controller_signals",
+    "group_normalized_advantages",
+    "group_scaled",
+]
 
 DETECT = "detect"
 PERFORM = "perform"
@@ -27,9 +34,11 @@ PERFORM = "perform"
 def group_normalized_advantages(
     rewards: Sequence[float], groups: Sequence[Hashable], eps: float = 1e-4, scale: bool = True
 ) -> np.ndarray:
-    """``A_i = (r_i − mean_g r) / (std_g r + ε)`` within each group ``g`` (population std).
+    """Eq. 5: ``A_i = (r_i − mean_g r) / (std_g r + ε)`` within each group ``g`` (population std).
 
-    With ``scale=False`` only the mean is removed (Dr. GRPO's unscaled variant).
+    ``r_i`` is voter ``i``'s detection reward ``r_i^D = 1[v_i = u]`` (Eq. 4), ``g`` its game's
+    voters ``i ∈ {1..n}`` (``detect_advantage_groups="game"``). With ``scale=False`` only the
+    mean is removed (Dr. GRPO's unscaled variant).
 
     >>> group_normalized_advantages([1, 0, 0, 1, 1, 1], ["a", "a", "a", "b", "b", "b"]).round(3).tolist()
     [1.414, -0.707, -0.707, 0.0, 0.0, 0.0]
@@ -46,39 +55,112 @@ def group_normalized_advantages(
     return advantages
 
 
+def group_scaled(
+    advantages: Sequence[float], rewards: Sequence[float], groups: Sequence[Hashable], eps: float = 1e-4
+) -> np.ndarray:
+    """``A_i / (std_g r + ε)``: RAE advantages ``A_i = r_i − b_role`` scaled by their group's reward std.
+
+    ``perform_group_norm`` with RAE: the baseline centres, the replay group scales. (Re-centring on
+    the group mean as well would cancel ``b_role`` exactly, since a group is one seat of one role.)
+
+    >>> group_scaled([1.0, 3.0], [0.0, 2.0], ["a", "a"]).round(3).tolist()
+    [1.0, 3.0]
+    """
+    advantages = np.asarray(advantages, dtype=np.float64)
+    rewards = np.asarray(rewards, dtype=np.float64)
+    out = np.empty_like(advantages)
+    index: dict[Hashable, list[int]] = {}
+    for i, g in enumerate(groups):
+        index.setdefault(g, []).append(i)
+    for members in index.values():
+        out[members] = advantages[members] / (rewards[members].std() + eps)
+    return out
+
+
+def add_penalties(advantages: Sequence[float], penalties: Sequence[float]) -> np.ndarray:
+    """``A_i + p_i``: format/rule penalties (≤ 0) charged to the offender's advantage alone.
+
+    Added after the group normalisation (Eq. 5) or the RAE role baseline, so a penalty never
+    shifts the mean another player is measured against nor is divided by a group std: with the
+    penalty inside the reward, votes ``[0, 0, 0, invalid]`` gave the three wrong votes ``+0.58``.
+
+    >>> add_penalties(group_normalized_advantages([0, 0, 0, 0], ["g"] * 4), [0, 0, 0, -0.1]).tolist()
+    [0.0, 0.0, 0.0, -0.1]
+    """
+    return np.asarray(advantages, dtype=np.float64) + np.asarray(penalties, dtype=np.float64)
+
+
+def controller_signals(metrics: Mapping[str, float], spy_vote_trained: bool) -> tuple[float, float]:
+    """``(acc, na)`` the stage controller reads from an iteration's :func:`spy_env.metrics.game_metrics`.
+
+    ``acc`` is the civilians' detection accuracy. ``na`` is the N/A rate of the votes that train:
+    every vote when the spy's vote trains, the civilians' otherwise. An untrained spy that always
+    abstains would otherwise hold ``na ≥ 1/n`` (0.2 at n = 5 > ``na_low`` 0.1) for ever, and
+    detection → performing could never fire.
+    """
+    na = metrics["na_rate"] if spy_vote_trained else metrics["civilian_na_rate"]
+    return float(metrics["detection_accuracy"]), float(na)
+
+
 @dataclass
 class RAEBaselines:
-    """Role-conditioned EMA baselines ``b_role`` (start at 0).
+    """Role-conditioned EMA baselines ``b_role`` (RAE): the performing-stage advantage.
 
     ``advantages`` uses the baselines *before* this batch's update, then updates them with the
     batch mean reward of each role: ``b_role ← α b_role + (1 − α) r̄_role``.
+
+    ``init``: ``"first_batch"`` seeds a role's baseline with the mean of its first batch before
+    that batch's advantages (so the first performing iteration is centred per role: no cold
+    start); ``"zero"`` starts every baseline at 0 (with α = 0.9 the spy's −1.75 role bias then
+    survives as −0.68 after 10 iterations).
     """
 
     alpha: float = 0.9
     baselines: dict[str, float] = field(default_factory=dict)
+    init: str = "first_batch"
 
     def __post_init__(self) -> None:
         if not 0 <= self.alpha < 1:
             raise ValueError(f"RAE alpha must be in [0, 1), got {self.alpha}")
+        if self.init not in ("first_batch", "zero"):
+            raise ValueError(f"RAE init must be 'first_batch' or 'zero', got {self.init!r}")
 
-    def advantages(self, rewards: Sequence[float], roles: Sequence[str], update: bool = True) -> np.ndarray:
-        """``A_i = r_i − b_role(i)``.
+    @staticmethod
+    def role_means(rewards: Sequence[float], roles: Sequence[str]) -> dict[str, float]:
+        """``r̄_role``: the batch mean reward of each role present."""
+        return {
+            role: float(np.mean([r for r, k in zip(rewards, roles, strict=True) if k == role])) for role in set(roles)
+        }
 
-        >>> rae = RAEBaselines(alpha=0.5)
+    def seed(self, role_means: Mapping[str, float]) -> None:
+        """With ``init="first_batch"``: ``b_role ← r̄_role`` for roles without a baseline yet."""
+        if self.init == "first_batch":
+            for role in sorted(role_means):
+                self.baselines.setdefault(role, float(role_means[role]))
+
+    def advantages(
+        self,
+        rewards: Sequence[float],
+        roles: Sequence[str],
+        update: bool = True,
+        role_means: Mapping[str, float] | None = None,
+    ) -> np.ndarray:
+        """``A_i = r_i − b_role(i)`` (``role_means``: global ``r̄_role`` when several processes share a batch).
+
+        >>> rae = RAEBaselines(alpha=0.5, init="zero")
         >>> rae.advantages([1.0, -3.0, 1.0], ["civilian", "spy", "civilian"]).tolist()
         [1.0, -3.0, 1.0]
         >>> rae.baselines
         {'civilian': 0.5, 'spy': -1.5}
+        >>> RAEBaselines(alpha=0.5).advantages([1.0, -3.0, 0.0], ["civilian", "spy", "civilian"]).tolist()
+        [0.5, 0.0, -0.5]
         """
         rewards = np.asarray(rewards, dtype=np.float64)
+        means = dict(role_means) if role_means is not None else self.role_means(rewards, roles)
+        self.seed(means)
         advantages = np.array([r - self.baselines.get(role, 0.0) for r, role in zip(rewards, roles, strict=True)])
         if update:
-            self.update(
-                {
-                    role: float(np.mean([r for r, k in zip(rewards, roles, strict=True) if k == role]))
-                    for role in set(roles)
-                }
-            )
+            self.update(means)
         return advantages
 
     def update(self, role_means: Mapping[str, float]) -> None:
@@ -87,16 +169,20 @@ class RAEBaselines:
             self.baselines[role] = self.alpha * self.baselines.get(role, 0.0) + (1 - self.alpha) * role_means[role]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"alpha": self.alpha, "baselines": dict(self.baselines)}
+        return {"alpha": self.alpha, "baselines": dict(self.baselines), "init": self.init}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.alpha = float(state["alpha"])
         self.baselines = {k: float(v) for k, v in state["baselines"].items()}
+        self.init = str(state.get("init", "zero"))  # checkpoints before `init` existed started at 0
 
 
 @dataclass
 class StageController:
-    """Which stage trains next: alternating with hysteresis, or a fixed schedule.
+    """Which stage trains next (the paper's controller): alternating with hysteresis, or a fixed schedule.
+
+    Symbols: ``acc`` detection accuracy, ``na`` N/A rate, ρ = ``ema``, ``K_min`` = ``k_min``;
+    ``acc_ema ← ρ acc_ema + (1 − ρ) acc`` (the first value initialises it).
 
     ``schedule``:
 

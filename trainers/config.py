@@ -2,10 +2,14 @@
 
 Presets (``SpyRLConfig.preset(name, **overrides)``):
 
-- ``qwen3-4b-paper``: the reported recipe (GPU): Qwen3-4B-Instruct-2507, lr 1e-6, 128 documents
-  × 8 games per iteration, mini-batch 128, ε 0.2, β 0.001 (k3), 100 iterations, prompts up to
-  12288 and responses up to 4096 tokens, 5 players, 1 round, bf16, gradient checkpointing, colocated
-  vLLM rollouts (``generation=vllm-server`` for a separate ``trl vllm-serve``).
+- ``qwen3-4b-paper``: the reported recipe (GPU) read through verl (docs/FIDELITY.md):
+  Qwen3-4B-Instruct-2507, lr 1e-6, 128 documents × 8 games per iteration, mini-batch 128
+  *documents* (one on-policy update per iteration), token-mean loss (``dapo``), ε 0.2, β 0.001
+  with verl's ``low_var_kl``, the spy's vote trained and in the Eq. 5 group (self-votes legal),
+  RAE seeded by its first batch, Nemotron-CC-Math-v1 ``4plus`` (streamed, ``HF_TOKEN``) with 20%
+  held out, silent span removal, 100 iterations, prompts up to 12288 and responses up to 4096
+  tokens, 5 players, 1 round, bf16, gradient checkpointing, colocated vLLM rollouts
+  (``generation=vllm-server`` for a separate ``trl vllm-serve``).
 - ``smollm2-cpu``: SmolLM2-135M-Instruct on CPU, tiny batches, one iteration of each stage.
 - ``cpu-smoke``: a tiny random model built on the fly; minutes on CPU.
 
@@ -32,6 +36,7 @@ LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo")
 LEVELS = ("token", "sequence", "action")
 SCHEDULES = ("adaptive", "alternate", "detect", "perform")
 GENERATION = ("hf", "vllm-colocate", "vllm-server")
+KL_ESTIMATORS = ("k3", "low_var_kl")
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -65,6 +70,11 @@ class SpyRLConfig:
     documents_per_iteration: int = _f(128, "Documents per iteration (paper: 128).")
     games_per_document: int = _f(8, "Games sharing a document: the GRPO group (paper: 8).")
     replay_setup: bool = _f(True, "Games of a group also share spy seat and masks (exchangeable groups).")
+    document_order: str = _f(
+        "random",
+        "Documents of an iteration: random (a fresh draw from the training documents each iteration) or "
+        "epoch (seeded epochs, as a shuffled data loader: each document once before any repeats).",
+    )
     # ------------------------------------------------------------ rollouts
     generation: str = _f(
         "hf",
@@ -112,7 +122,14 @@ class SpyRLConfig:
     weight_decay: float = _f(0.0, "AdamW weight decay.")
     warmup_iterations: int = _f(0, "Linear warm-up, in iterations.")
     max_grad_norm: float = _f(1.0, "Gradient clipping; 0 disables.")
-    mini_batch_size: int = _f(128, "Samples per optimizer step (PPO mini-batch); see updates_per_iteration.")
+    mini_batch_size: int = _f(
+        128, "PPO mini-batch per optimizer step, in mini_batch_unit; see also updates_per_iteration."
+    )
+    mini_batch_unit: str = _f(
+        "samples",
+        "Unit of mini_batch_size: samples (training rows), or documents as verl counts ppo_mini_batch_size (in "
+        "prompts, × rollout.n): each iteration makes ceil(documents_per_iteration / mini_batch_size) updates.",
+    )
     updates_per_iteration: int = _f(
         0,
         "If > 0: split each iteration's samples into this many equal mini-batches (optimizer steps per epoch), "
@@ -123,15 +140,39 @@ class SpyRLConfig:
     epsilon: float = _f(0.2, "Clip ε (lower).")
     epsilon_high: float | None = _f(None, "Clip ε upper (None = epsilon).")
     beta: float = _f(0.001, "KL coefficient (k3 estimator against the frozen reference); 0 disables.")
-    kl_bias_correction: bool = _f(True, "Weight the k3 KL by the importance ratio (TRL 1.16's default).")
+    kl_estimator: str = _f(
+        "k3",
+        f"KL to the reference: k3 (TRL's, optionally ratio-weighted, unclamped) or low_var_kl (verl's: k3 "
+        f"clamped to ±10, never ratio-weighted): {KL_ESTIMATORS}.",
+    )
+    kl_bias_correction: bool = _f(True, "Weight the k3 KL by the importance ratio (TRL 1.16's default; k3 only).")
     loss_type: str = _f("grpo", f"Loss aggregation, as in TRL: {LOSS_TYPES}.")
     perform_ratio_level: str = _f("token", "Importance ratio for performances: token, sequence (mean) or action (sum).")
     detect_ratio_level: str = _f("action", "Importance ratio for votes: action = one sequence log-prob ratio per vote.")
-    detect_advantage_groups: str = _f("game", "Normalise detection rewards within: game (its voters) or prompt.")
+    detect_advantage_groups: str = _f(
+        "game",
+        "Normalise detection rewards within: game (its voters, Eq. 5) or prompt (one seat's vote across the "
+        "games_per_document games of a replay_setup group: same document, spy and masks).",
+    )
+    spy_vote_in_group: bool = _f(
+        False, "The spy's vote joins its game's Eq. 5 normalisation group (the paper: all n voters), trained or not."
+    )
+    penalty_advantage: str = _f(
+        "own",
+        "Format/rule penalties: own (added to the offender's advantage after normalisation/baselines, so they "
+        "never move anyone else's) or shared (added to the reward before, the old form).",
+    )
     advantage_eps: float = _f(1e-4, "ε of (r − mean) / (std + ε).")
     rae: bool = _f(True, "Role-conditioned EMA baselines for performing advantages (off = raw rewards).")
     rae_alpha: float = _f(0.9, "RAE EMA factor α.")
-    perform_group_norm: bool = _f(False, "Also normalise performing advantages within replay_setup groups.")
+    rae_init: str = _f(
+        "first_batch",
+        "RAE baselines before a role's first batch: first_batch (seeded with that batch's mean: no cold start) "
+        "or zero (b_role = 0).",
+    )
+    perform_group_norm: bool = _f(
+        False, "Also scale performing advantages by the std within replay_setup groups: A = (r − b_role)/(std_g + ε)."
+    )
     train_spy_vote: bool = _f(False, "Train on the spy's own vote too.")
     # ------------------------------------------------------ stage controller
     stage_schedule: str = _f("adaptive", f"Stage switching: {SCHEDULES}.")
@@ -200,6 +241,11 @@ class SpyRLConfig:
             "perform_ratio_level": LEVELS,
             "detect_ratio_level": LEVELS,
             "detect_advantage_groups": ("game", "prompt"),
+            "mini_batch_unit": ("samples", "documents"),
+            "document_order": ("random", "epoch"),
+            "kl_estimator": KL_ESTIMATORS,
+            "penalty_advantage": ("own", "shared"),
+            "rae_init": ("first_batch", "zero"),
             "stage_schedule": SCHEDULES,
             "start_stage": ("detect", "perform"),
             "generation": GENERATION,
@@ -210,8 +256,11 @@ class SpyRLConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise bad(name, f"one of {allowed}")
-        if self.mini_batch_size % self.micro_batch_size:
+        if self.mini_batch_unit == "samples" and self.mini_batch_size % self.micro_batch_size:
             raise bad("mini_batch_size", f"a multiple of micro_batch_size ({self.micro_batch_size})")
+        if self.detect_advantage_groups == "prompt" and (not self.replay_setup or self.games_per_document < 2):
+            # without replayed setups every vote prompt is unique: one-member groups, every advantage 0
+            raise bad("detect_advantage_groups", "'game' unless replay_setup is on and games_per_document >= 2")
         if self.lora_r < 0:
             raise bad("lora_r", "an integer >= 0")
         if not isinstance(self.train_top_layers, int) or self.train_top_layers < 0:
@@ -350,15 +399,33 @@ PRESETS: dict[str, dict[str, Any]] = {
         "vllm_enable_sleep_mode": True,
         "documents_per_iteration": 128,
         "games_per_document": 8,
+        "document_order": "epoch",  # a data loader's epoch: 12,800 training documents, each played once
+        # verl's ppo_mini_batch_size counts prompts (documents): 128 of 128 = one on-policy update per iteration
         "mini_batch_size": 128,
+        "mini_batch_unit": "documents",
         "micro_batch_size": 4,
         "learning_rate": 1e-6,
         "epsilon": 0.2,
         "beta": 0.001,
+        "loss_type": "dapo",  # verl's token-mean: token sum / tokens of the whole mini-batch
+        "kl_estimator": "low_var_kl",  # verl's: k3 clamped to ±10, not ratio-weighted
+        "train_spy_vote": True,  # Eq. 4/5/8 run over all n voters, v ∈ {1..n}
+        "spy_vote_in_group": True,
+        "rae_init": "first_batch",
+        "penalty_advantage": "own",
+        "stage_ema": 0.5,  # 4k votes per iteration are already a precise estimate; 0.9 delayed switches ~18 its
+        "heldout_fraction": 0.2,
         "iterations": 100,
         "max_prompt_tokens": 12288,
         "max_completion_tokens": 4096,
-        "game": {"n_players": 5, "rounds": 1},
+        "game": {
+            "n_players": 5,
+            "rounds": 1,
+            "allow_self_vote": True,
+            "mask_placeholder": "",  # silent removal: no visible marker telling the spy (and detectors) who it is
+            "corpus": "nemotron:4plus",  # streamed, gated: HF_TOKEN
+            "max_documents": 16000,  # 80% train = 12,800 = 100 iterations × 128 documents
+        },
         "report_to": ["jsonl", "console"],
     },
     "smollm2-cpu": {
@@ -403,6 +470,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "answer": "boxed",
         "answer_tokens": 6,
         "stage_schedule": "detect",
+        # pinned: the values the committed experiment ran with before these defaults existed
+        "rae_init": "zero",
+        "penalty_advantage": "shared",
         "checkpoint_every": 3,
         "game": {"n_players": 3, "degrade": "blank", "max_document_chars": 600},
         "output_dir": "runs/smollm2-selfplay",

@@ -7,13 +7,15 @@ One iteration (reads top to bottom in :meth:`SpyRLTrainer.train_iteration`):
    GPU). The episode buffer is saved per iteration.
 2. **Samples.** Only the current stage trains: performances in the performing stage, votes in
    the detection stage (the spy's vote only with ``train_spy_vote``).
-3. **Advantages.** Detection: rewards normalised over each game's voters. Performing: ``r −
-   b_role`` with role-conditioned EMA baselines (RAE), optionally normalised within
-   ``replay_setup`` groups.
+3. **Advantages.** Detection: rewards normalised over each game's voters (Eq. 5; the spy's vote
+   in the group with ``spy_vote_in_group``). Performing: ``r − b_role`` with role-conditioned
+   EMA baselines (RAE, seeded by the first batch), optionally scaled within
+   ``replay_setup`` groups. Penalties are charged to the offender's advantage alone.
 4. **Updates.** Behaviour and reference log-probs are computed once (no grad); then mini-batches
-   of ``mini_batch_size`` samples, split into micro-batches with gradient accumulation, minimise
-   the clipped objective (token ratios for performances, one sequence ratio per vote) plus
-   ``β·k3`` KL to the frozen reference.
+   (``mini_batch_size`` samples, or documents as verl counts them, or ``updates_per_iteration``
+   equal parts), split into micro-batches with gradient accumulation, minimise the clipped
+   objective (token ratios for performances, one sequence ratio per vote) plus ``β·KL`` (k3 or
+   verl's ``low_var_kl``) to the frozen reference.
 5. **Bookkeeping.** Policy version + 1 (the ``hf`` engine *is* the policy, so it is in sync), the
    stage controller sees this iteration's detection accuracy and N/A rate, metrics go to JSONL
    (and other sinks), and a checkpoint is written every ``checkpoint_every`` iterations.
@@ -50,14 +52,22 @@ from spy_env.io import write_text
 from spy_env.metrics import game_metrics
 from spy_env.runner import Runner
 from trainers import checkpoint as ckpt
-from trainers.algorithm import PERFORM, RAEBaselines, StageController, group_normalized_advantages
+from trainers.algorithm import (
+    PERFORM,
+    RAEBaselines,
+    StageController,
+    add_penalties,
+    controller_signals,
+    group_normalized_advantages,
+    group_scaled,
+)
 from trainers.config import SpyRLConfig
 from trainers.loss import clipped_policy_loss
 from trainers.sinks import MetricSinks
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SpyRLTrainer", "load_policy_model", "sequence_logps"]
+__all__ = ["SpyRLTrainer", "epoch_documents", "load_policy_model", "sequence_logps"]
 
 _DDP = ("MULTI_GPU", "MULTI_CPU", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU", "MULTI_HPU")  # no_sync is safe there
 
@@ -76,6 +86,25 @@ def decoding_options(config: SpyRLConfig) -> dict[str, Any]:
         "answer": config.answer,
         "answer_tokens": config.answer_tokens,
     }
+
+
+def epoch_documents(documents: Sequence[Any], per_step: int, step: int, seed: int) -> list[Any]:
+    """The ``per_step`` documents of step ``step`` when steps walk seeded epochs of ``documents``.
+
+    Like a shuffled data loader (verl's): every document is played once per epoch before any
+    repeats; epoch ``e`` is a permutation seeded by ``(seed, e)``, so a resumed run draws the same.
+
+    >>> steps = [epoch_documents("abcd", 2, k, seed=0) for k in range(4)]
+    >>> sorted(steps[0] + steps[1]), sorted(steps[2] + steps[3])
+    (['a', 'b', 'c', 'd'], ['a', 'b', 'c', 'd'])
+    """
+    n = len(documents)
+    out = []
+    for position in range(step * per_step, (step + 1) * per_step):
+        epoch, index = divmod(position, n)
+        order = np.random.default_rng(_seed_for(seed, epoch, 3)).permutation(n)
+        out.append(documents[int(order[index])])
+    return out
 
 
 def freeze_below(model: Any, top_layers: int) -> None:
@@ -233,7 +262,7 @@ class SpyRLTrainer:
             k_min=config.k_min,
             ema=config.stage_ema,
         )
-        self.rae = RAEBaselines(alpha=config.rae_alpha)
+        self.rae = RAEBaselines(alpha=config.rae_alpha, init=config.rae_init)
         self.iteration = 0
         self.game_config = config.game_config()
         documents = load_corpus(
@@ -379,7 +408,11 @@ class SpyRLTrainer:
             self.policy._calls = 0
         self.model.eval()
         games = c.documents_per_iteration * c.games_per_document
-        runner = self._runner(self.train_documents)
+        documents = self.train_documents
+        if c.document_order == "epoch":
+            step = self.iteration * self.accelerator.num_processes + self.rank
+            documents = epoch_documents(documents, c.documents_per_iteration, step, c.seed)
+        runner = self._runner(documents)
         return runner.run(
             [self.seat_policy] * self.game_config.n_players,
             games,
@@ -409,12 +442,22 @@ class SpyRLTrainer:
 
     # -------------------------------------------------------------- samples
     def select_samples(self, buffer: EpisodeBuffer, stage: str) -> tuple[list[dict], dict[str, float]]:
-        """The rows of ``stage`` that train, with their advantages in ``row['advantage']``."""
+        """The rows of ``stage`` that train, with their advantages in ``row['advantage']``.
+
+        Votes: Eq. 5 over ``r^D`` within each group (a game's voters, the spy's included with
+        ``spy_vote_in_group``). Performances: RAE, ``r^P − b_role``, optionally scaled by
+        the replay group's std. Penalties are added to the offender's advantage afterwards
+        (``penalty_advantage="own"``) or folded into the reward first (``"shared"``).
+        """
         c = self.config
+        game_config = c.game_config()
         wanted = "perform" if stage == PERFORM else "vote"
         rows, skipped = [], {"too_long_prompt": 0, "empty": 0, "forfeit": 0, "no_choice": 0}
         for row in buffer:
-            if row["stage"] != wanted or not row["trainable"]:
+            if row["stage"] != wanted:
+                continue
+            # the spy's untrained vote still joins its game's normalisation group when asked
+            if not row["trainable"] and not (wanted == "vote" and c.spy_vote_in_group and row["role"] == "spy"):
                 continue
             if row["error"]:
                 skipped["forfeit"] += 1
@@ -426,10 +469,14 @@ class SpyRLTrainer:
                 skipped["too_long_prompt"] += 1
             else:
                 rows.append(row)
-        if self.distributed:  # every process must run the same number of backward passes
-            counts = self.accelerator.gather(torch.tensor([len(rows)], device=self.accelerator.device))
-            rows = rows[: int(counts.min())]
-        rewards = [r["reward"] for r in rows]
+        weight = game_config.weight_detect if wanted == "vote" else game_config.weight_perform
+        component = "reward_detect" if wanted == "vote" else "reward_perform"
+        if c.penalty_advantage == "own":
+            rewards = [weight * r[component] for r in rows]
+            penalties = [game_config.weight_penalty * r["reward_penalty"] for r in rows]
+        else:
+            rewards, penalties = [r["reward"] for r in rows], [0.0] * len(rows)
+        rae_means = None
         if wanted == "perform" and c.rae and self.distributed:  # global role means keep baselines in sync
             roles = [r["role"] for r in rows]
             sums = self._all_reduce(
@@ -437,31 +484,38 @@ class SpyRLTrainer:
                 + [roles.count("civilian"), roles.count("spy")]
             )
             rae_means = {role: sums[i] / sums[i + 2] for i, role in enumerate(("civilian", "spy")) if sums[i + 2]}
-        if not rows:
-            return rows, {f"samples/skipped_{k}": v for k, v in skipped.items()}
         if wanted == "vote":
             if c.detect_advantage_groups == "game":
                 groups = [(r["game_id"], r["round"]) for r in rows]
-            else:
-                groups = [hash(tuple(r["prompt_token_ids"])) for r in rows]
+            else:  # one seat's vote across the replayed games of its group (same document, spy and masks)
+                groups = [(r["group_id"], r["seat"], r["round"]) for r in rows]
             advantages = group_normalized_advantages(rewards, groups, eps=c.advantage_eps)
         else:
             roles = [r["role"] for r in rows]
             if c.rae:
-                advantages = self.rae.advantages(rewards, roles, update=not self.distributed)
-                if self.distributed:
-                    self.rae.update(rae_means)
+                advantages = self.rae.advantages(rewards, roles, role_means=rae_means)
             else:
                 advantages = np.asarray(rewards, dtype=np.float64)
             if c.perform_group_norm:
                 groups = [(r["group_id"], r["seat"], r["round"]) for r in rows]
-                advantages = group_normalized_advantages(rewards, groups, eps=c.advantage_eps)
+                if c.rae:  # the baseline centres, the group scales (re-centring would cancel b_role)
+                    advantages = group_scaled(advantages, rewards, groups, eps=c.advantage_eps)
+                else:
+                    advantages = group_normalized_advantages(rewards, groups, eps=c.advantage_eps)
+        advantages = add_penalties(advantages, penalties)
         for row, advantage in zip(rows, advantages, strict=True):
             row["advantage"] = float(advantage)
+        rows = [r for r in rows if r["trainable"]]
+        if self.distributed:  # every process must run the same number of backward passes
+            counts = self.accelerator.gather(torch.tensor([len(rows)], device=self.accelerator.device))
+            rows = rows[: int(counts.min())]
         stats = {f"samples/skipped_{k}": v for k, v in skipped.items()}
+        if not rows:
+            return rows, stats
+        trained = np.array([r["advantage"] for r in rows])
         stats["samples/count"] = len(rows)
-        stats["advantages/mean"] = float(np.mean(advantages))
-        stats["advantages/std"] = float(np.std(advantages))
+        stats["advantages/mean"] = float(np.mean(trained))
+        stats["advantages/std"] = float(np.std(trained))
         return rows, stats
 
     # -------------------------------------------------------------- updates
@@ -483,7 +537,7 @@ class SpyRLTrainer:
             logps, old_mb, advantages, mask,
             ref_logps=ref_mb, level=level, loss_type=c.loss_type,
             epsilon_low=c.epsilon, epsilon_high=c.epsilon_upper, beta=c.beta,
-            kl_bias_correction=c.kl_bias_correction, max_completion_length=c.max_completion_tokens,
+            kl_bias_correction=c.kl_bias_correction, kl_estimator=c.kl_estimator, max_completion_length=c.max_completion_tokens,
             num_items_in_batch=items, accumulation_steps=accumulation,
         )  # fmt: skip
         self.accelerator.backward(out.loss)
@@ -497,10 +551,19 @@ class SpyRLTrainer:
         }
 
     def mini_batch_size(self, samples: int) -> int:
-        """Samples per optimizer step: ``samples / updates_per_iteration`` rounded up, else ``mini_batch_size``."""
-        if self.config.updates_per_iteration:
-            return max(1, -(-samples // self.config.updates_per_iteration))
-        return self.config.mini_batch_size
+        """Samples per optimizer step when this iteration trains on ``samples`` rows.
+
+        ``updates_per_iteration`` k > 0: ``ceil(samples / k)``. ``mini_batch_unit="documents"`` (verl's
+        prompt-counted ``ppo_mini_batch_size``): ``ceil(documents_per_iteration / mini_batch_size)``
+        updates, so 128 documents of 128 make one. Else ``mini_batch_size`` samples.
+        """
+        c = self.config
+        updates = c.updates_per_iteration
+        if not updates and c.mini_batch_unit == "documents":
+            updates = -(-c.documents_per_iteration // c.mini_batch_size)
+        if updates:
+            return max(1, -(-samples // updates))
+        return c.mini_batch_size
 
     def update(self, rows: list[dict], stage: str) -> dict[str, float]:
         c = self.config
@@ -542,6 +605,8 @@ class SpyRLTrainer:
                 mini = order[mb_start : mb_start + mini_batch_size]
                 micros = [mini[i : i + c.micro_batch_size] for i in range(0, len(mini), c.micro_batch_size)]
                 items = int(sum(samples.scored[i].sum().item() for i in mini))
+                if self.distributed:  # dapo/token-mean over every process's tokens (DDP then averages gradients)
+                    items = self._all_reduce([items])[0] / self.accelerator.num_processes
                 for k, micro in enumerate(micros):
                     # Gradients accumulate over the mini-batch's micro-batches: DeepSpeed steps only at
                     # the boundary (accelerate reads sync_gradients), DDP all-reduces only there.
@@ -593,7 +658,7 @@ class SpyRLTrainer:
         self.iteration += 1
         if hasattr(self.policy, "sync"):  # a separate engine (vLLM) needs the new weights
             self.policy.sync()
-        next_stage = self.controller.update(game["detection_accuracy"], game["na_rate"])
+        next_stage = self.controller.update(*controller_signals(game, self.game_config.train_spy_vote))
         generated = sum(len(r["completion_token_ids"]) for r in buffer)
         metrics: dict[str, Any] = {
             "iteration": self.iteration,

@@ -7,8 +7,10 @@ log-probs ``old``, reference log-probs ``ref`` and advantage ``A_i``:
   its masked mean per sequence (``sequence``, GSPO), or its masked *sum* per sequence
   (``action``: the ratio of whole-sequence probabilities, the paper's one ratio per vote);
 - clipped surrogate ``ℓ = −min(w A, clip(w, 1 − ε_low, 1 + ε_high) A)``;
-- KL to the reference with the k3 estimator ``k3 = exp(ref − logp) − (ref − logp) − 1``,
-  optionally weighted by ``w`` (TRL 1.16's default bias correction), added as ``β k3``;
+- KL to the reference (Eq. 7's ``β D_KL(π_θ ‖ π_ref)``) with the k3 estimator
+  ``k3 = exp(ref − logp) − (ref − logp) − 1``: ``kl_estimator="k3"`` optionally weights it by
+  ``w`` (TRL 1.16's default bias correction); ``"low_var_kl"`` is verl's form, never weighted,
+  ``ref − logp`` clamped to ±20 and ``k3`` to ±10; added per token as ``β k3``;
 - aggregation over a mini-batch split into ``G`` micro-batches, named as in TRL:
   ``grpo`` (mean over sequences of the per-sequence token mean, / G), ``bnpo`` (token mean of the
   micro-batch, / G), ``dr_grpo`` (token sum / (B · L_max), / G) and ``dapo`` (token sum / the
@@ -49,11 +51,17 @@ def clipped_policy_loss(
     epsilon_high: float = 0.2,
     beta: float = 0.0,
     kl_bias_correction: bool = True,
+    kl_estimator: str = "k3",
     max_completion_length: int | None = None,
     num_items_in_batch: float | None = None,
     accumulation_steps: int = 1,
 ) -> LossOutput:
-    """The clipped objective for one micro-batch (see the module docstring)."""
+    """Eq. 7, the clipped objective for one micro-batch (see the module docstring).
+
+    ``J(θ) = E[ agg_t min(w_t A_i, clip(w_t, 1 − ε_low, 1 + ε_high) A_i) ] − β D_KL`` with
+    ``w_t = π_θ(o_t | q, o_<t) / π_old(o_t | q, o_<t)`` (``level`` chooses token, sequence or
+    action ratios) and ``agg`` the ``loss_type`` aggregation; returns the loss ``−J`` to minimise.
+    """
     mask = mask.to(logps.dtype)
     advantages = advantages.to(logps.dtype).unsqueeze(1)  # (B, 1)
     log_ratio = logps - old_logps  # (B, T)
@@ -74,9 +82,15 @@ def clipped_policy_loss(
         if ref_logps is None:
             raise ValueError("beta > 0 needs ref_logps")
         delta = ref_logps - logps
-        per_token_kl = torch.exp(delta) - delta - 1  # (B, T), k3
-        if kl_bias_correction:
-            per_token_kl = per_token_kl * ratio
+        if kl_estimator == "k3":
+            per_token_kl = torch.exp(delta) - delta - 1  # (B, T), k3
+            if kl_bias_correction:
+                per_token_kl = per_token_kl * ratio
+        elif kl_estimator == "low_var_kl":  # verl's kl_penalty(..., "low_var_kl")
+            delta = delta.clamp(-20.0, 20.0)
+            per_token_kl = (torch.exp(delta) - delta - 1).clamp(-10.0, 10.0)  # (B, T)
+        else:
+            raise ValueError(f"unknown kl_estimator {kl_estimator!r}; expected k3 or low_var_kl")
         per_token_loss = per_token_loss + beta * per_token_kl
         kl_value = ((per_token_kl * mask).sum() / mask.sum().clamp(min=1.0)).item()
 

@@ -1,0 +1,230 @@
+"""GPU check: the trainer's GPU paths in one call (≤ 8 minutes on one GPU), with figures.
+
+Three phases, each printing completion tokens trained per second and peak GPU memory:
+
+1. ``bf16``: :class:`trainers.SpyRLTrainer` through its real loop (hf rollouts on the GPU,
+   episode buffer, advantages, clipped updates with a reference model) in bfloat16: one
+   detection and one performing iteration.
+2. ``checkpointing``: the same run with gradient checkpointing (peak memory should drop).
+3. ``fsdp``: ``accelerate launch --num_processes 1`` with ``examples/accelerate/fsdp.yaml``: the
+   model and optimizer prepared by accelerate's FSDP, then the trainer's own log-prob and loss
+   functions (``sequence_logps``, ``clipped_policy_loss``) update it on phase 1's vote rows.
+   (Rollouts under FSDP need vLLM, ``generation=vllm-colocate``; this phase does not run vLLM.)
+
+The model defaults to a small random Llama built on the spot (no download); ``--model PATH`` takes
+any local causal LM folder. Without CUDA the script says so and exits with status 2;
+``--cpu-dry-run`` runs phases 1 and 2 on the CPU with a tiny model and phase 3 in-process without
+FSDP, to check the script itself.
+
+    python benchmarks/gpu_check.py [--model PATH] [--budget 480]
+    python benchmarks/gpu_check.py --cpu-dry-run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="", help="local causal LM folder (default: a random Llama built here)")
+    parser.add_argument("--budget", type=float, default=480.0, help="seconds for all phases together (≤ 480)")
+    parser.add_argument("--cpu-dry-run", action="store_true", help="no GPU: check the script on the CPU")
+    parser.add_argument("--out", default="", help="working folder (default: a temporary one)")
+    parser.add_argument("--fsdp-worker", default="", help=argparse.SUPPRESS)  # JSON arguments of phase 3
+    return parser.parse_args(argv)
+
+
+def small_model(out: Path, cpu: bool) -> str:
+    from agents.tiny import build_tiny_model
+
+    if cpu:
+        return str(build_tiny_model(out / "tiny-64x2", hidden_size=64, num_layers=2, num_heads=4))
+    return str(build_tiny_model(out / "llama-512x8", hidden_size=512, num_layers=8, num_heads=8, vocab_size=1024))
+
+
+def trainer_config(model: str, out: Path, cpu: bool, **overrides):
+    from trainers.config import SpyRLConfig
+
+    values = dict(
+        model=model, output_dir=str(out), device="cpu" if cpu else "cuda", dtype="bfloat16",
+        documents_per_iteration=4 if cpu else 16, games_per_document=4, iterations=2,
+        stage_schedule="alternate", k_min=1, mini_batch_unit="documents", mini_batch_size=4 if cpu else 16,
+        micro_batch_size=8, learning_rate=1e-5, beta=0.001, kl_estimator="low_var_kl", loss_type="dapo",
+        max_prompt_tokens=4096, max_completion_tokens=16 if cpu else 64, generation_batch_size=64,
+        vote_mode="constrained", checkpoint_every=1000, keep_buffers=False, report_to=["jsonl"], progress=False,
+        game={"n_players": 3 if cpu else 5, "max_document_chars": 800 if cpu else 2000},
+    )  # fmt: skip
+    values.update(overrides)
+    return SpyRLConfig(**values)
+
+
+def peak_memory_gb(reset: bool = False) -> float:
+    import torch
+
+    if not torch.cuda.is_available():
+        return float("nan")
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    if reset:
+        torch.cuda.reset_peak_memory_stats()
+    return peak
+
+
+def run_loop(name: str, model: str, out: Path, cpu: bool, **overrides) -> tuple[dict, list[dict]]:
+    """Phases 1 and 2: two iterations of the real trainer; returns figures and the last vote rows."""
+    import torch
+
+    from trainers.grpo import SpyRLTrainer
+
+    peak_memory_gb(reset=True)
+    start = time.perf_counter()
+    trainer = SpyRLTrainer(trainer_config(model, out / name, cpu, **overrides))
+    figures: dict = {"phase": name, "stages": [], "optimizer_steps": 0, "update_tokens": 0, "update_seconds": 0.0}
+    rollout_tokens_per_s = []
+    for _ in range(trainer.config.iterations):
+        metrics = trainer.train_iteration()
+        figures["stages"].append(metrics["stage"])
+        figures["optimizer_steps"] += metrics["losses/optimizer_steps"]
+        figures["update_tokens"] += metrics["perf/update_tokens"]
+        figures["update_seconds"] += metrics["time/update_seconds"]
+        rollout_tokens_per_s.append(metrics["perf/rollout_tokens_per_s"])
+        for key in ("losses/loss", "losses/kl", "losses/grad_norm"):
+            if key in metrics and not math.isfinite(metrics[key]):
+                raise RuntimeError(f"{name}: {key} = {metrics[key]} is not finite")
+    rows = [dict(r) for r in trainer.select_samples(trainer.rollouts(), "detect")[0]]
+    figures["rollout_tokens_per_s"] = sum(rollout_tokens_per_s) / len(rollout_tokens_per_s)
+    figures["dtype"] = str(next(trainer.model.parameters()).dtype)
+    figures["gradient_checkpointing"] = trainer.config.gradient_checkpointing
+    figures["update_tokens_per_s"] = figures["update_tokens"] / max(figures["update_seconds"], 1e-9)
+    figures["peak_memory_gb"] = peak_memory_gb()
+    figures["seconds"] = time.perf_counter() - start
+    if figures["optimizer_steps"] < 1:
+        raise RuntimeError(f"{name}: no optimizer step was made")
+    del trainer
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return figures, rows
+
+
+def fsdp_worker(spec: dict) -> dict:
+    """Phase 3 (inside ``accelerate launch``): accelerate-prepared model, the trainer's loss functions."""
+    import torch
+    from accelerate import Accelerator
+    from transformers import AutoModelForCausalLM
+
+    from trainers.grpo import sequence_logps
+    from trainers.loss import clipped_policy_loss
+
+    accelerator = Accelerator(cpu=spec["cpu"])
+    device = accelerator.device
+    model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.bfloat16)
+    if not spec["cpu"]:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    rows = json.loads(Path(spec["rows"]).read_text())
+    peak_memory_gb(reset=True)
+    tokens, start, steps = 0, time.perf_counter(), 0
+    for begin in range(0, len(rows), spec["micro"]):
+        micro = rows[begin : begin + spec["micro"]]
+        logps, mask, _ = sequence_logps(
+            model, [r["prompt_token_ids"] for r in micro], [r["completion_token_ids"] for r in micro], 0
+        )
+        advantages = torch.tensor([r["advantage"] for r in micro], device=logps.device)
+        out = clipped_policy_loss(logps, logps.detach(), advantages, mask, level="action", loss_type="dapo")
+        accelerator.backward(out.loss)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        tokens += int(mask.sum().item())
+        steps += 1
+        if not math.isfinite(out.policy_loss):
+            raise RuntimeError(f"fsdp: loss {out.policy_loss} is not finite")
+    seconds = time.perf_counter() - start
+    return {
+        "phase": "fsdp",
+        "distributed_type": str(accelerator.distributed_type),
+        "world_size": accelerator.num_processes,
+        "device": str(device),
+        "optimizer_steps": steps,
+        "update_tokens": tokens,
+        "update_tokens_per_s": tokens / max(seconds, 1e-9),
+        "peak_memory_gb": peak_memory_gb(),
+        "seconds": seconds,
+    }
+
+
+def run_fsdp(model: str, rows: list[dict], out: Path, cpu: bool, timeout: float) -> dict:
+    rows_path = out / "fsdp_rows.json"
+    keep = ("prompt_token_ids", "completion_token_ids", "advantage")
+    rows_path.write_text(json.dumps([{k: r[k] for k in keep} for r in rows[:64]]))
+    spec = {"model": model, "rows": str(rows_path), "micro": 8, "cpu": cpu, "result": str(out / "fsdp.json")}
+    if cpu:  # dry run: the worker's code in-process, without FSDP
+        return fsdp_worker(spec)
+    cmd = [
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+        str(ROOT / "examples" / "accelerate" / "fsdp.yaml"), "--num_processes", "1",
+        str(Path(__file__).resolve()), "--fsdp-worker", json.dumps(spec),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"fsdp launch failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return json.loads(Path(spec["result"]).read_text())
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.fsdp_worker:
+        spec = json.loads(args.fsdp_worker)
+        result = fsdp_worker(spec)
+        Path(spec["result"]).write_text(json.dumps(result))
+        return 0
+    import torch
+
+    if not torch.cuda.is_available() and not args.cpu_dry_run:
+        print(
+            "gpu_check needs CUDA: no GPU is visible to torch here, so nothing has run. "
+            "Run it on a GPU machine, or `--cpu-dry-run` to check the script on the CPU.",
+            file=sys.stderr,
+        )
+        return 2
+    cpu = args.cpu_dry_run
+    deadline = time.monotonic() + min(args.budget, 480.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(args.out or tmp)
+        out.mkdir(parents=True, exist_ok=True)
+        model = args.model or small_model(out, cpu)
+        if not cpu:
+            print(f"GPU: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, model {model}")
+        results = []
+        figures, rows = run_loop("bf16", model, out, cpu)
+        results.append(figures)
+        results.append(run_loop("checkpointing", model, out, cpu, gradient_checkpointing=True)[0])
+        left = deadline - time.monotonic()
+        if left < 30:
+            print(f"skipping fsdp: {left:.0f} s left of the budget")
+        else:
+            results.append(run_fsdp(model, rows, out, cpu, timeout=left))
+    for r in results:
+        print(
+            f"{r['phase']:>14}: {r['update_tokens_per_s']:10.1f} update tokens/s"
+            + (f", {r['rollout_tokens_per_s']:.1f} rollout tokens/s" if "rollout_tokens_per_s" in r else "")
+            + f", peak memory "
+            f"{r['peak_memory_gb']:.2f} GiB, {r['optimizer_steps']} optimizer steps, {r['seconds']:.1f} s"
+            + (f", stages {r['stages']}" if "stages" in r else f", {r['distributed_type']} × {r['world_size']}")
+        )
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,291 @@
+"""Paper fidelity (issue #10, docs/FIDELITY.md): the qwen3-4b-paper preset trains in the paper's
+regime read through verl, and each of the seven findings of the independent review stays fixed."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+torch = pytest.importorskip("torch")
+
+from spy_env.metrics import game_metrics  # noqa: E402
+from spy_env.rewards import detection_rewards, performing_rewards, votes_received  # noqa: E402
+from trainers.algorithm import RAEBaselines, StageController  # noqa: E402
+from trainers.config import SpyRLConfig  # noqa: E402
+from trainers.grpo import SpyRLTrainer  # noqa: E402
+from trainers.loss import clipped_policy_loss  # noqa: E402
+
+PAPER = "qwen3-4b-paper"
+
+
+def fake_trainer(config: SpyRLConfig) -> types.SimpleNamespace:
+    """What ``SpyRLTrainer.select_samples`` and ``mini_batch_size`` read, without a model."""
+    return types.SimpleNamespace(config=config, distributed=False, rae=RAEBaselines(alpha=config.rae_alpha))
+
+
+def game_rows(game_id, votes, spy, *, config=None, penalties=None, group_id=None, prompt=None):
+    """Episode-buffer rows (both stages) of one game from its votes (``None`` = abstain/invalid)."""
+    config = config or SpyRLConfig()
+    game = config.game_config()
+    n = len(votes)
+    received = votes_received(votes, n)
+    detect = detection_rewards(votes, spy)
+    perform = performing_rewards(received, spy, [True] * n)
+    penalties = penalties or [0.0] * n
+    rows = []
+    for seat in range(n):
+        role = "spy" if seat == spy else "civilian"
+        for stage, component, reward in (("perform", "reward_perform", perform[seat]), ("vote", "reward_detect", detect[seat])):  # fmt: skip
+            penalty = penalties[seat] if stage == "vote" else 0.0
+            rows.append({
+                "run_id": "r", "game_id": game_id, "group_id": game_id if group_id is None else group_id,
+                "round": 0, "stage": stage, "seat": seat, "role": role, "spy_seat": spy, "spy_caught": False,
+                "vote": -1 if votes[seat] is None else votes[seat], "violations": ["invalid"] if penalty else [],
+                "error": "", "prompt_token_ids": list(prompt or [game_id, seat]), "completion_token_ids": [1, 2],
+                "completion_mask": [], "reward_detect": 0.0, "reward_perform": 0.0, component: reward,
+                "reward_penalty": penalty, "reward": reward + penalty,
+                "trainable": not (role == "spy" and stage == "vote" and not game.train_spy_vote),
+            })  # fmt: skip
+    return rows
+
+
+def advantages_by(rows, key="seat"):
+    return {r[key]: r["advantage"] for r in rows}
+
+
+# ---------------------------------------------------------------- finding 1: optimizer steps
+def test_paper_preset_makes_one_update_per_iteration():
+    paper = SpyRLConfig.preset(PAPER)
+    games = paper.documents_per_iteration * paper.games_per_document
+    for samples in (games * 5, games * 4, 7):  # performances, votes (civilians only), a few
+        assert SpyRLTrainer.mini_batch_size(fake_trainer(paper), samples) == samples
+    # the same number in samples is many updates; in documents, verl's unit, two mini-batches of 64
+    assert SpyRLTrainer.mini_batch_size(fake_trainer(SpyRLConfig(mini_batch_size=128)), 5120) == 128
+    halves = SpyRLConfig(mini_batch_size=64, mini_batch_unit="documents", micro_batch_size=5)
+    assert SpyRLTrainer.mini_batch_size(fake_trainer(halves), 5120) == 2560
+
+
+# ---------------------------------------------------------------------- finding 2: corpus
+def test_paper_preset_streams_nemotron_and_keeps_heldout_documents():
+    paper = SpyRLConfig.preset(PAPER)
+    assert paper.game_config().corpus == "nemotron:4plus"
+    assert paper.heldout_fraction == pytest.approx(0.2)
+    assert paper.game_config().max_documents * (1 - paper.heldout_fraction) >= (
+        paper.iterations * paper.documents_per_iteration
+    )
+
+
+@pytest.mark.parametrize("failure", ["no_token", "unreachable"])
+def test_nemotron_without_access_says_how_to_fix_it(monkeypatch, failure):
+    import huggingface_hub
+
+    import spy_env.corpus as corpus
+
+    def load_dataset(*args, **kwargs):
+        if failure == "no_token":
+            raise AssertionError("the network must not be touched without a token")
+        raise ConnectionError("Couldn't reach 'nvidia/Nemotron-CC-Math-v1' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(corpus, "_datasets", lambda: types.SimpleNamespace(load_dataset=load_dataset))
+    if failure == "no_token":
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
+    else:
+        monkeypatch.setenv("HF_TOKEN", "hf_test")
+    with pytest.raises(ValueError) as info:
+        corpus.load_corpus("nemotron:4plus")
+    message = str(info.value)
+    assert "\n" not in message
+    for needle in ("Nemotron-CC-Math-v1", "HF_TOKEN", "game.corpus", "huggingface.co/datasets"):
+        assert needle in message
+
+
+# -------------------------------------------------------------------- finding 3: RAE warm-up
+def test_first_performing_iteration_is_centred_per_role():
+    rng = np.random.default_rng(0)
+    rows = []
+    for game_id in range(64):  # 5 players at ~0.6 accuracy: the spy's r^P is about -1.75 on average
+        spy = int(rng.integers(5))
+        votes = [spy if rng.random() < 0.6 else int(rng.choice([s for s in range(5) if s != i])) for i in range(5)]
+        votes[spy] = int(rng.choice([s for s in range(5) if s != spy]))
+        rows += game_rows(game_id, votes, spy)
+    trainer = fake_trainer(SpyRLConfig())
+    selected, _ = SpyRLTrainer.select_samples(trainer, rows, "perform")
+    spy_rewards = [r["reward_perform"] for r in selected if r["role"] == "spy"]
+    assert np.mean(spy_rewards) < -1.0  # the role bias RAE exists to remove
+    for role in ("spy", "civilian"):
+        mean = np.mean([r["advantage"] for r in selected if r["role"] == role])
+        assert mean == pytest.approx(0.0, abs=1e-9), role
+    # the cold start stays one flag away
+    cold = types.SimpleNamespace(config=SpyRLConfig(), distributed=False, rae=RAEBaselines(alpha=0.9, init="zero"))
+    selected, _ = SpyRLTrainer.select_samples(cold, rows, "perform")
+    assert np.mean([r["advantage"] for r in selected if r["role"] == "spy"]) < -1.0
+
+
+# ------------------------------------------------------------------ finding 4: the spy's vote
+def test_paper_preset_trains_the_spys_vote_inside_the_detection_group():
+    paper = SpyRLConfig.preset(PAPER)
+    game = paper.game_config()
+    assert paper.train_spy_vote and game.train_spy_vote and game.allow_self_vote and paper.spy_vote_in_group
+    # every civilian finds the spy, the spy votes for civilian 1: the old group (civilians only)
+    # has identical rewards and no signal; Eq. 5 over all n voters rewards the civilians
+    rows = game_rows(0, [4, 4, 4, 4, 1], spy=4, config=paper)
+    adv = advantages_by(SpyRLTrainer.select_samples(fake_trainer(paper), rows, "detect")[0])
+    assert sorted(adv) == [0, 1, 2, 3, 4]  # the spy's vote trains
+    assert all(adv[s] > 0.4 for s in range(4)) and adv[4] < -1.5
+    # v ∈ {1..n}: the spy may name itself, which is a correct detection (r^D = 1)
+    rows = game_rows(0, [4, 4, 4, 1, 4], spy=4, config=paper)
+    adv = advantages_by(SpyRLTrainer.select_samples(fake_trainer(paper), rows, "detect")[0])
+    assert adv[4] > 0 and adv[3] < 0
+
+
+def test_an_abstaining_untrained_spy_does_not_stall_the_controller():
+    from trainers.algorithm import controller_signals
+
+    rows = []
+    for game_id in range(20):  # civilians always right, the (untrained) spy always abstains
+        rows += game_rows(game_id, [4, 4, 4, 4, None], spy=4)
+    metrics = game_metrics(rows)
+    assert metrics["na_rate"] == pytest.approx(0.2)  # > na_low = 0.1 for ever
+    controller = StageController(k_min=5)
+    stages = [controller.update(*controller_signals(metrics, spy_vote_trained=False)) for _ in range(5)]
+    assert stages[-1] == "perform"
+    # when the spy's vote trains, its abstentions count (training can move them)
+    assert controller_signals(metrics, spy_vote_trained=True)[1] == pytest.approx(0.2)
+
+
+# ------------------------------------------------------------ finding 5: aggregation and KL
+def test_paper_preset_uses_verl_token_mean_and_low_var_kl():
+    paper = SpyRLConfig.preset(PAPER)
+    assert paper.loss_type == "dapo" and paper.kl_estimator == "low_var_kl"
+
+
+def test_low_var_kl_is_clamped_and_not_ratio_weighted():
+    logps = torch.tensor([[-8.0, -1.0, -0.5]], requires_grad=True)  # (B, T)
+    old = torch.tensor([[-7.0, -1.2, -0.5]])  # ratios e^-1, e^0.2, 1
+    ref = torch.tensor([[-1.0, -1.1, -0.4]])  # ref − logp = 7 (k3 ≈ 1089, clamped to 10), −0.1, 0.1
+    mask = torch.ones(1, 3)
+    kwargs = dict(level="token", loss_type="dapo", beta=1.0, epsilon_low=0.2, epsilon_high=0.2)
+    out = clipped_policy_loss(logps, old, torch.zeros(1), mask, ref_logps=ref, kl_estimator="low_var_kl", **kwargs)
+    delta = (ref - logps).detach()
+    expected = (torch.exp(delta) - delta - 1).clamp(max=10.0)
+    assert out.kl == pytest.approx(expected.mean().item(), rel=1e-6)
+    assert out.loss.item() == pytest.approx(expected.mean().item(), rel=1e-6)  # A = 0: only the KL term
+    k3 = clipped_policy_loss(logps, old, torch.zeros(1), mask, ref_logps=ref, kl_estimator="k3", **kwargs)
+    assert k3.kl == pytest.approx(((torch.exp(delta) - delta - 1) * torch.exp(logps - old).detach()).mean().item())
+    assert k3.kl > 100  # TRL's form: unclamped, weighted by the ratio
+    with pytest.raises(ValueError, match="kl_estimator"):
+        SpyRLConfig(kl_estimator="k2")
+
+
+# ------------------------------------------------------------------------ finding 6: smaller
+def test_an_invalid_vote_penalty_does_not_reward_the_other_wrong_votes():
+    rows = game_rows(0, [1, 0, 0, 0], spy=3, penalties=[0.0, 0.0, 0.0, -0.1])  # 4 players, all wrong, spy invalid
+    config = SpyRLConfig(train_spy_vote=True)
+    rows = [{**r, "trainable": True} for r in rows]
+    adv = advantages_by(SpyRLTrainer.select_samples(fake_trainer(config), rows, "detect")[0])
+    assert adv == pytest.approx({0: 0.0, 1: 0.0, 2: 0.0, 3: -0.1})  # was +0.58 for the three wrong votes
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 4),
+    st.lists(st.one_of(st.none(), st.integers(0, 4)), min_size=5, max_size=5),
+    st.lists(st.sampled_from([0.0, -0.1, -0.5]), min_size=5, max_size=5),
+    st.sampled_from(["detect", "perform"]),
+)
+def test_penalties_never_move_another_players_advantage(spy, votes, penalties, stage):
+    config = SpyRLConfig(train_spy_vote=True)  # every vote trains, so every voter is in the group
+    clean = game_rows(0, votes, spy, config=config)
+    fined = game_rows(0, votes, spy, config=config, penalties=penalties)
+    if stage == "perform":  # the penalty lands on the performance rows here
+        fined = [{**r, "reward_penalty": p, "reward": r["reward"] + p} if r["stage"] == "perform" else r
+                 for r, p in zip(fined, [q for q in penalties for _ in (0, 1)], strict=True)]  # fmt: skip
+    a = advantages_by(SpyRLTrainer.select_samples(fake_trainer(config), clean, stage)[0])
+    b = advantages_by(SpyRLTrainer.select_samples(fake_trainer(config), fined, stage)[0])
+    for seat in a:
+        if penalties[seat] == 0:
+            assert b[seat] == pytest.approx(a[seat], abs=1e-9)
+        else:
+            assert b[seat] == pytest.approx(a[seat] + penalties[seat], abs=1e-9)
+
+
+def test_paper_stage_ema_switches_soon_after_accuracy_crosses():
+    paper = SpyRLConfig.preset(PAPER)
+    controller = StageController(k_min=paper.k_min, ema=paper.stage_ema)
+    for _ in range(paper.k_min):
+        assert controller.update(0.5, 0.0) == "detect"
+    switched_after = next(k for k in range(1, 40) if controller.update(0.95, 0.0) == "perform")
+    assert switched_after <= 5  # ρ = 0.9 took 21
+
+
+def test_prompt_groups_compare_a_seats_vote_across_replayed_games():
+    config = SpyRLConfig(detect_advantage_groups="prompt")
+    rows = game_rows(0, [2, 2, 0], spy=2, group_id=7) + game_rows(1, [1, 2, 0], spy=2, group_id=7)
+    adv = {(r["game_id"], r["seat"]): r["advantage"] for r in SpyRLTrainer.select_samples(fake_trainer(config), rows, "detect")[0]}  # fmt: skip
+    assert adv[(0, 0)] > 0 > adv[(1, 0)]  # seat 0 right in game 0, wrong in game 1: one group
+    assert adv[(0, 1)] == adv[(1, 1)] == 0.0
+    with pytest.raises(ValueError, match="detect_advantage_groups"):
+        SpyRLConfig(detect_advantage_groups="prompt", replay_setup=False)
+
+
+def test_perform_group_norm_keeps_the_rae_baseline():
+    config = SpyRLConfig(perform_group_norm=True)
+    trainer = fake_trainer(config)
+    trainer.rae.baselines = {"civilian": 0.0, "spy": -2.0}
+    rows = game_rows(0, [2, 2, 0], spy=2, group_id=3) + game_rows(1, [2, 0, 0], spy=2, group_id=3)
+    selected = SpyRLTrainer.select_samples(trainer, rows, "perform")[0]
+    spy = [r for r in selected if r["role"] == "spy"]
+    rewards = np.array([r["reward_perform"] for r in spy])  # -1.5, -0.5
+    expected = (rewards + 2.0) / (rewards.std() + config.advantage_eps)
+    assert [r["advantage"] for r in spy] == pytest.approx(expected.tolist())
+    assert np.mean(expected) > 0  # group re-centring would have made it 0, discarding b_spy
+
+
+# ------------------------------------------------------------------- finding 7: g(x)'s marker
+def test_paper_preset_removes_spans_silently():
+    import spy_env
+
+    paper = SpyRLConfig.preset(PAPER)
+    game = {**paper.game, "corpus": "embedded"}
+    env = spy_env.parallel_env(**game)
+    observations, _ = env.reset(seed=3)
+    spy = env.game.spy_seat
+    spy_prompt = observations[f"player_{spy}"]["prompt"]
+    civilian_prompt = observations[f"player_{(spy + 1) % 5}"]["prompt"]
+    assert "[…]" not in spy_prompt and len(spy_prompt) < len(civilian_prompt)
+    default_env = spy_env.parallel_env(**{**game, "mask_placeholder": "[…]"})
+    observations, _ = default_env.reset(seed=3)
+    assert "[…]" in observations[f"player_{spy}"]["prompt"]  # the marked form stays one flag away
+
+
+# ------------------------------------------------------------------------------- the GPU check
+def test_gpu_check_says_it_needs_cuda_and_exits_2(monkeypatch, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    args = gpu_check.parse_args(["--budget", "300", "--model", "some/folder"])
+    assert (args.budget, args.model, args.cpu_dry_run) == (300.0, "some/folder", False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_check.main([]) == 2
+    assert "needs CUDA" in capsys.readouterr().err
+
+
+def test_paper_preset_plays_each_training_document_once_per_epoch():
+    from trainers.grpo import epoch_documents
+
+    paper = SpyRLConfig.preset(PAPER)
+    assert paper.document_order == "epoch"
+    documents = [f"doc-{i}" for i in range(40)]
+    per = 8
+    played = [d for step in range(10) for d in epoch_documents(documents, per, step, seed=paper.seed)]
+    assert sorted(played[:40]) == sorted(documents) and sorted(played[40:]) == sorted(documents)
+    assert epoch_documents(documents, per, 3, seed=0) == epoch_documents(documents, per, 3, seed=0)
