@@ -156,7 +156,7 @@ def parse_vote(text: str, n_players: int) -> VoteParse:
 def vote_reasoning(text: str) -> str:
     """A vote reply without its ``<think>`` part and its vote tags: the voter's stated reasons.
 
-    >>> vote_reasoning("Player 2 copied nothing from the text.\n<vote>2</vote>")
+    >>> vote_reasoning("Player 2 copied nothing from the text. <vote>2</vote>")
     'Player 2 copied nothing from the text.'
     """
     return " ".join(_VOTE_TAG.sub(" ", strip_think(text)).split())
