@@ -104,7 +104,7 @@ def test_dead_and_silent_agents_never_rank_first():
     assert not r["silent"]["flagged"] and r["silent"]["rank"] == 3 and r["silent"]["p_best"] < 0.05
     # (at tables of empty performances the heuristic abstains often: random may beat it here)
     assert {r["heuristic"]["rank"], r["random"]["rank"]} == {1, 2}
-    assert result.table().splitlines()[-1].startswith("| flagged | dead |")
+    assert result.table().splitlines()[-1].startswith("| not ranked | dead |")
 
 
 def test_swapping_agent_names_changes_nothing():
