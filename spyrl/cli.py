@@ -671,6 +671,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out-dir", default="runs/eval-game", help="output folder of --game")
     _add_overwrite(p)
     _add_max_forfeit_rate(p)
+    # benchmarks keep their protocol: the model's own answers with a longer budget
+    p.set_defaults(max_new_tokens=128, answer="free")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("tournament", help="mixed tables of agents: per-agent metrics, ratings, chart")
