@@ -24,9 +24,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import spy_env  # noqa: E402
+from agents import HeuristicAgent, RandomAgent  # noqa: E402
 from spy_env.buffer import EpisodeBuffer  # noqa: E402
 from spy_env.runner import rollout  # noqa: E402
-from agents import HeuristicAgent, RandomAgent  # noqa: E402
 from trainers import SpyRLConfig, SpyRLTrainer  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures" / "behaviour"
