@@ -19,6 +19,7 @@ from agents.decoding import ANSWER_MODES, VOTE_MODES, AnswerProgram, DecodeProgr
 from agents.sampling import SamplingParams
 from spy_env.parsing import last_boxed
 from spy_env.policy import Action, Observation, chat_messages
+from spy_env.stage import Stage
 
 logger = logging.getLogger(__name__)
 
@@ -249,7 +250,7 @@ class HFPolicy:
     def program(self, observation: Observation) -> DecodeProgram | None:
         """The decoding program of an observation's reply (None: free sampling)."""
         eos = sorted(self.eos_ids)[0]
-        if observation.get("stage") == 1:
+        if Stage.of(observation.get("stage", Stage.PERFORM)) is Stage.VOTE:
             if self.vote_mode == "free":
                 return None
             choices = {

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from spy_env.display import terminal_safe
 from spy_env.policy import Observation
+from spy_env.stage import Stage
 
 __all__ = ["HumanPolicy"]
 
@@ -41,7 +42,7 @@ class HumanPolicy:
         return [self._one(obs) for obs in observations]
 
     def _one(self, obs: Observation) -> str:
-        stage = "VOTE" if obs["stage"] == 1 else "PERFORM"
+        stage = Stage.of(obs["stage"]).name
         self.print_fn(f"\n===== Player {obs['seat'] + 1}: {stage} =====\n{obs['prompt']}\n")
         hint = "your vote (a player number or N/A)" if stage == "VOTE" else "your performance"
         self.print_fn(f"Type {hint}; end with a line containing only '.'")

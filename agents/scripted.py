@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from spy_env.policy import Observation
+from spy_env.stage import Stage
 
 __all__ = ["HeuristicAgent", "RandomAgent"]
 
@@ -100,7 +101,7 @@ class RandomAgent:
         return [self._one(obs) for obs in observations]
 
     def _one(self, obs: Observation) -> str:
-        if obs["stage"] == 0:
+        if Stage.of(obs["stage"]) is Stage.PERFORM:
             a, b = (int(x) for x in self.rng.integers(1, 100, size=2))
             return f"Problem: what is {a} + {b}?\nSolution: {a} + {b} = {a + b}, so the answer is $\\boxed{{{a + b}}}$."
         legal = _legal(obs)
@@ -118,7 +119,9 @@ class HeuristicAgent:
         self.n_numbers = n_numbers
 
     def act(self, observations: Sequence[Observation]) -> list[str]:
-        return [self._perform(obs) if obs["stage"] == 0 else self._vote(obs) for obs in observations]
+        return [
+            self._perform(obs) if Stage.of(obs["stage"]) is Stage.PERFORM else self._vote(obs) for obs in observations
+        ]
 
     def _salient(self, copy: str) -> list[str]:
         seen: dict[str, None] = {}

@@ -47,6 +47,7 @@ from spy_env.heldout import percentile_interval, resample_counts
 from spy_env.io import save_figure, write_text
 from spy_env.policy import Policy
 from spy_env.runner import Runner
+from spy_env.stage import Stage
 
 __all__ = [
     "RATIOS",
@@ -131,13 +132,13 @@ def _game_sums(rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> tuple
         sums["forfeits"][g, a] += bool(row["error"])
         sums[f"{role}_{stage}"][g, a] += row["reward"]
         sums[f"{role}_reward"][g, a] += row["reward"]
-        if stage == "vote":
+        if stage == Stage.VOTE:
             sums["votes"][g, a] += 1
             sums["abstentions"][g, a] += row["vote"] < 0
             if role == "civilian":
                 sums["civilian_votes"][g, a] += 1
                 sums["hits"][g, a] += row["vote"] == row["spy_seat"]
-        if (g, row["seat"]) not in seat_reward and row["round"] == 0 and stage == "perform":
+        if (g, row["seat"]) not in seat_reward and row["round"] == 0 and stage == Stage.PERFORM:
             seat_reward[(g, row["seat"])] = 0.0
             sums["seats"][g, a] += 1
             sums["spy_games" if role == "spy" else "civilian_seats"][g, a] += 1

@@ -14,7 +14,8 @@ import warnings
 from spy_env.config import GameConfig
 from spy_env.corpus import CorpusFilter, Document, load_corpus
 from spy_env.env import SpyGame, env, make, parallel_env, raw_env
-from spy_env.game import Game, RoundResult, Stage
+from spy_env.game import Game, RoundResult
+from spy_env.stage import Stage
 
 __version__ = "0.1.0"
 

@@ -261,7 +261,8 @@ class SpyGame:
     def _render(self, seat: int) -> dict[str, Any]:
         game, n = self.game, self.config.n_players
         assert game is not None
-        voting = game.stage is not Stage.PERFORM
+        stage = game.stage
+        voting = stage is Stage.VOTE
         fields = {
             "player": seat + 1,
             "n_players": n,
@@ -277,14 +278,14 @@ class SpyGame:
             targets[game.legal_targets(seat)] = 1
             fields["performances"] = format_performances(shown, viewer=seat)
             fields["legal_votes"] = ", ".join(str(s + 1) for s in game.legal_targets(seat))
-        prompt = self.templates["vote" if voting else "perform"].format(**fields)
+        prompt = self.templates[stage.value].format(**fields)
         system = self.templates["system"].format(n_players=n, task=self.task.instruction)
         return {
             "system": system[:8_192],
             "prompt": prompt[: self.max_prompt_chars],
             "copy": game.views[seat],
             "performances": tuple(p or "" for p in shown),
-            "stage": int(voting),
+            "stage": stage.index,
             "round": game.round,
             "seat": seat,
             "vote_targets": targets,

@@ -13,7 +13,6 @@ Junk input never raises: it is recorded as a violation with its penalty.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 from spy_env import rewards
@@ -22,14 +21,9 @@ from spy_env.corpus import Document
 from spy_env.degrade import Degraded
 from spy_env.parsing import clean_text, copied_run, last_boxed, parse_vote, strip_think
 from spy_env.prompts import Task
+from spy_env.stage import Stage
 
 __all__ = ["Game", "Performance", "RoundLog", "RoundResult", "Stage", "Vote"]
-
-
-class Stage(str, Enum):
-    PERFORM = "perform"
-    VOTE = "vote"
-    DONE = "done"
 
 
 @dataclass(frozen=True)

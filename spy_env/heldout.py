@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from spy_env.stage import Stage
+
 __all__ = [
     "METRICS",
     "Interval",
@@ -124,9 +126,9 @@ def per_game(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         games.setdefault((row["run_id"], row["game_id"]), []).append(row)
     out = []
     for (_, game_id), game_rows in sorted(games.items(), key=lambda kv: kv[0][1]):
-        votes = [r for r in game_rows if r["stage"] == "vote"]
+        votes = [r for r in game_rows if r["stage"] == Stage.VOTE]
         civilian = [r for r in votes if r["role"] == "civilian"]
-        performances = [r for r in game_rows if r["stage"] == "perform"]
+        performances = [r for r in game_rows if r["stage"] == Stage.PERFORM]
         spy = game_rows[0]["spy_seat"]
         probs = [r["vote_probs"][spy] for r in civilian if len(r["vote_probs"]) > spy >= 0]
         out.append(

@@ -6,6 +6,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from spy_env.stage import Stage
+
 __all__ = ["forfeits_by_agent", "game_metrics"]
 
 
@@ -35,7 +37,7 @@ def game_metrics(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
         family = f"reward/{row['role']}_{row['stage']}"
         reward_sums[family] += row["reward"]
         reward_counts[family] += 1
-        if row["stage"] != "vote":
+        if row["stage"] != Stage.VOTE:
             continue
         votes += 1
         abstain += row["vote"] < 0

@@ -34,6 +34,7 @@ from spy_env.display import terminal_safe
 from spy_env.env import parallel_env
 from spy_env.game import Game
 from spy_env.policy import Action, Policy, chat_messages
+from spy_env.stage import Stage
 
 logger = logging.getLogger(__name__)
 
@@ -202,7 +203,7 @@ class Runner:
             for agent in agents:
                 row = slot.rows[(round_, stage, agent)]
                 row["violations"] = list(infos[agent].get("violations", []))
-                if stage == "vote":
+                if stage == Stage.VOTE:
                     row["vote"] = -1 if infos[agent].get("vote") is None else infos[agent]["vote"]
                 if "reward_components" in infos[agent]:
                     self._fill_rewards(slot, agent, round_, infos[agent])
@@ -235,11 +236,11 @@ class Runner:
 
     def _fill_rewards(self, slot: _Slot, agent: str, round_: int, info: Mapping[str, Any]) -> None:
         cfg, comps = self.config, info["reward_components"]
-        perform_row = slot.rows[(round_, "perform", agent)]
+        perform_row = slot.rows[(round_, Stage.PERFORM.value, agent)]
         perform_row["reward_perform"] = comps["perform"]
         perform_row["reward_penalty"] = comps["perform_penalty"]
         perform_row["reward"] = cfg.weight_perform * comps["perform"] + cfg.weight_penalty * comps["perform_penalty"]
-        vote_row = slot.rows[(round_, "vote", agent)]
+        vote_row = slot.rows[(round_, Stage.VOTE.value, agent)]
         vote_row["reward_detect"] = comps["detect"]
         vote_row["reward_penalty"] = comps["vote_penalty"]
         vote_row["reward"] = cfg.weight_detect * comps["detect"] + cfg.weight_penalty * comps["vote_penalty"]
@@ -257,7 +258,7 @@ class Runner:
             row["role"] = "spy" if is_spy else "civilian"
             row["spy_seat"] = game.spy_seat
             row["spy_caught"] = caught
-            row["trainable"] = not (is_spy and row["stage"] == "vote" and not self.config.train_spy_vote)
+            row["trainable"] = not (is_spy and row["stage"] == Stage.VOTE and not self.config.train_spy_vote)
         return rows
 
 

@@ -19,6 +19,7 @@ from spy_env.config import GameConfig
 from spy_env.degrade import DEGRADERS
 from spy_env.display import markup_safe, terminal_safe
 from spy_env.prompts import TASKS
+from spy_env.stage import Stage
 
 # Wide enough for the results table when the output is not a terminal.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -246,7 +247,7 @@ def _results_table(rows: Sequence[dict[str, Any]], n_players: int) -> Table:
         mine = [r for r in rows if r["seat"] == seat]
         if not mine:
             continue
-        votes = [r for r in mine if r["stage"] == "vote"]
+        votes = [r for r in mine if r["stage"] == Stage.VOTE]
         voted = ", ".join("N/A" if r["vote"] < 0 else str(r["vote"] + 1) for r in votes)
         received = sum(r["votes_received"] for r in votes)
         detect = sum(r["reward_detect"] for r in mine)
@@ -325,7 +326,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         console.rule(f"game {game_id} (run {markup_safe(run_id)}) · document {markup_safe(rows[0]['document_id'])}")
         for row in rows:
             who = f"Player {row['seat'] + 1}"
-            if row["stage"] == "perform":
+            if row["stage"] == Stage.PERFORM:
                 text = row["completion"] if args.full else row["completion"][:600]
                 console.print(f"[bold]{who}[/bold] performs (round {row['round'] + 1}):")
                 console.print(terminal_safe(text), markup=False, highlight=False)

@@ -20,6 +20,7 @@ import numpy as np
 from spy_env.buffer import EpisodeBuffer
 from spy_env.io import save_figure
 from spy_env.prompts import format_performances
+from spy_env.stage import Stage
 
 __all__ = ["AlignmentResult", "judge_prompt", "parse_ranking", "reward_alignment", "spearman"]
 
@@ -129,7 +130,7 @@ def reward_alignment(buffer: EpisodeBuffer, documents: dict[str, str], judge: An
     for row in buffer:
         key = (row["run_id"], row["game_id"], row["round"])
         seat = rounds.setdefault(key, {}).setdefault(row["seat"], {})
-        if row["stage"] == "perform":
+        if row["stage"] == Stage.PERFORM:
             seat["performance"] = row["completion"]
             seat["document_id"] = row["document_id"]
         else:

@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from spy_env.stage import Stage
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -106,7 +108,7 @@ def _iter_rows(path: Path) -> Iterator[dict[str, Any]]:
             row = dict(zip(names, values, strict=True))
             # Only the performing prompts of round 1 are read (for the copies); vote prompts are large.
             prompt = row.pop("prompt")
-            row["copy"] = _copy_in(prompt) if row["stage"] == "perform" and row["round"] == 0 else None
+            row["copy"] = _copy_in(prompt) if row["stage"] == Stage.PERFORM and row["round"] == 0 else None
             yield row
 
 
@@ -248,7 +250,7 @@ def _entry(row: Mapping[str, Any], decode: Decoder | None) -> dict[str, Any]:
     for key, name in (("violations", "viol"), ("error", "err"), ("finish_reason", "fin")):
         if row[key]:
             entry[name] = list(row[key]) if key == "violations" else row[key]
-    if row["stage"] == "vote":
+    if row["stage"] == Stage.VOTE:
         entry["vote"] = int(row["vote"])
     entry["recv"] = int(row["votes_received"])
     return entry
