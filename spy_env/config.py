@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from spy_env.degrade import DEGRADERS
-from spy_env.prompts import TASKS, validate_templates
+from spy_env.prompts import validate_templates
+from spy_env.tasks import TASKS
 
 __all__ = ["GameConfig", "coerce_floats"]
 
@@ -141,6 +142,9 @@ class GameConfig:
 
         if self.task not in TASKS:
             raise bad("task", f"one of {sorted(TASKS)}")
+        unknown = [c.penalty for c in TASKS[self.task].checks if c.penalty not in self.__dataclass_fields__]
+        if unknown:
+            raise bad("task", f"a task whose checks charge GameConfig fields (unknown: {unknown})")
         if not _is_int(self.n_players) or not 3 <= self.n_players <= 10:
             raise bad("n_players", "an integer in 3..10")
         if not _is_int(self.rounds) or not 1 <= self.rounds <= 10:

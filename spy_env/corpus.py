@@ -15,6 +15,7 @@ Sources accepted by :func:`load_corpus`:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -24,10 +25,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from spy_env.degrade import sentence_spans
 from spy_env.parsing import clean_text
+
+if TYPE_CHECKING:
+    from spy_env.config import GameConfig
 
 logger = logging.getLogger(__name__)
 
@@ -378,3 +382,22 @@ def load_corpus(
         hub_id, _, config = source[3:].partition(":")
         return load_hub(hub_id, config or None, filt=filt, max_documents=hub_limit)
     return load_local(source, filt, max_documents=max_documents)
+
+
+def game_documents(config: GameConfig) -> tuple[Document, ...]:
+    """The documents ``config`` plays: its ``corpus`` as given when that already holds
+    :class:`Document` s (loaded and filtered once, e.g. by a runner or a trainer), else loaded from
+    its spec or rows with the config's filter. A spec string is loaded once per process."""
+    corpus = config.corpus
+    if isinstance(corpus, tuple) and all(isinstance(d, Document) for d in corpus):
+        return corpus
+    if isinstance(corpus, str):
+        return _cached_corpus(corpus, config.max_document_chars, config.max_documents)
+    filt = CorpusFilter(truncate=config.max_document_chars)
+    return tuple(load_corpus(corpus, filt, max_documents=config.max_documents))
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_corpus(source: str, max_document_chars: int, max_documents: int | None) -> tuple[Document, ...]:
+    filt = CorpusFilter(truncate=max_document_chars)
+    return tuple(load_corpus(source, filt, max_documents=max_documents))

@@ -72,11 +72,12 @@ from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils import wrappers
 
 from spy_env.config import GameConfig
-from spy_env.corpus import CorpusFilter, Document, load_corpus
+from spy_env.corpus import Document, game_documents
 from spy_env.degrade import DEGRADERS, DegradeContext, bag_of_words, most_similar
 from spy_env.game import Game, RoundResult, Stage
 from spy_env.parsing import TEXT_CHARSET, shingles
-from spy_env.prompts import TASKS, format_performances
+from spy_env.prompts import format_performances
+from spy_env.tasks import TASKS
 from spy_env.transcript import transcript
 
 logger = logging.getLogger(__name__)
@@ -85,12 +86,6 @@ __all__ = ["SpyGame", "env", "make", "parallel_env", "raw_env"]
 
 _RENDER_MODES = ("ansi", "human")
 _OPTION_KEYS = ("document_index", "document_id", "spy_seat", "degrade_seed")
-
-
-@functools.lru_cache(maxsize=8)
-def _cached_corpus(source: str, max_document_chars: int, max_documents: int | None) -> tuple[Document, ...]:
-    filt = CorpusFilter(truncate=max_document_chars)
-    return tuple(load_corpus(source, filt, max_documents=max_documents))
 
 
 @functools.lru_cache(maxsize=32)
@@ -111,22 +106,14 @@ def _text_space(max_length: int) -> spaces.Text:
 
 class _NeighborTable:
     def __init__(self, documents: tuple[Document, ...]) -> None:
-        self.documents = documents  # keeps the id() key alive
         self.bags = [bag_of_words(doc.text) for doc in documents]
         self.neighbors: dict[int, int] = {}
 
 
-_NEIGHBOR_TABLES: dict[int, _NeighborTable] = {}
-
-
+@functools.lru_cache(maxsize=8)
 def _neighbor_table(documents: tuple[Document, ...]) -> _NeighborTable:
-    """Word bags and nearest neighbours of a corpus, shared by every env over that corpus."""
-    table = _NEIGHBOR_TABLES.get(id(documents))
-    if table is None or table.documents is not documents:
-        if len(_NEIGHBOR_TABLES) >= 8:
-            _NEIGHBOR_TABLES.pop(next(iter(_NEIGHBOR_TABLES)))
-        table = _NEIGHBOR_TABLES[id(documents)] = _NeighborTable(documents)
-    return table
+    """Word bags and nearest neighbours of a corpus, shared by every env over an equal corpus."""
+    return _NeighborTable(documents)
 
 
 def _config_from(config: GameConfig | None, overrides: Mapping[str, Any]) -> GameConfig:
@@ -144,13 +131,7 @@ class SpyGame:
         self.config = config
         self.task = TASKS[config.task]
         self.templates = self.task.templates(config.prompts)
-        if isinstance(config.corpus, tuple) and all(isinstance(d, Document) for d in config.corpus):
-            self.documents = config.corpus  # already loaded and filtered (e.g. by the runner)
-        elif isinstance(config.corpus, str):
-            self.documents = _cached_corpus(config.corpus, config.max_document_chars, config.max_documents)
-        else:
-            filt = CorpusFilter(truncate=config.max_document_chars)
-            self.documents = tuple(load_corpus(config.corpus, filt, max_documents=config.max_documents))
+        self.documents = game_documents(config)
         if config.resolved_degrade == "neighbor" and len(self.documents) < 2:
             raise ValueError("GameConfig.corpus must hold at least 2 documents for degrade='neighbor'")
         self._index_of_id = {doc.id: i for i, doc in enumerate(self.documents)}

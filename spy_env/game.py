@@ -20,8 +20,8 @@ from spy_env.config import GameConfig
 from spy_env.corpus import Document
 from spy_env.degrade import Degraded
 from spy_env.parsing import clean_text, copied_run, last_boxed, parse_vote, strip_think
-from spy_env.prompts import Task
 from spy_env.stage import Stage
+from spy_env.tasks import Task
 
 __all__ = ["Game", "Performance", "RoundLog", "RoundResult", "Stage", "Vote"]
 
@@ -175,9 +175,9 @@ class Game:
         penalty = 0.0
         if not shown:
             violations.append("empty")
-        if self.task.requires_boxed and answer is None:
-            violations.append("no_answer")
-            penalty += cfg.penalty_no_answer
+        for check in self.task.check(shown):
+            violations.append(check.violation)
+            penalty += getattr(cfg, check.penalty)
         if copied_run(shown, self._source_shingles, cfg.copy_min_words):
             violations.append("verbatim_copy")
             penalty += cfg.penalty_copy
@@ -236,11 +236,8 @@ class Game:
     # ------------------------------------------------------------------ views
     def reward(self, result: RoundResult, seat: int) -> float:
         """The scalar reward of ``seat`` for a round: the weighted sum of its components."""
-        cfg = self.config
-        return (
-            cfg.weight_detect * result.detect[seat]
-            + cfg.weight_perform * result.perform[seat]
-            + cfg.weight_penalty * result.penalty(seat)
+        return rewards.weighted_reward(
+            self.config, detect=result.detect[seat], perform=result.perform[seat], penalty=result.penalty(seat)
         )
 
     def components(self, result: RoundResult, seat: int) -> dict[str, float]:

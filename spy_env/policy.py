@@ -42,6 +42,19 @@ class Action:
     def forfeit(cls, error: str) -> Action:
         return cls(text="", finish_reason="error", error=error)
 
+    @classmethod
+    def of(cls, action: Any) -> Action:
+        """What a policy returned, as an ``Action``: a string is its text; anything else forfeits.
+
+        >>> Action.of("<vote>2</vote>").text, Action.of(None).error
+        ('<vote>2</vote>', 'policy returned NoneType, not str or Action')
+        """
+        if isinstance(action, Action):
+            return action
+        if isinstance(action, str):
+            return cls(text=action)
+        return cls.forfeit(f"policy returned {type(action).__name__}, not str or Action")
+
 
 @runtime_checkable
 class Policy(Protocol):

@@ -1,9 +1,6 @@
-"""All player-facing text: the target tasks and their prompt templates.
+"""All player-facing text: the default prompt templates and the performances' layout.
 
-A :class:`Task` is the pluggable part of RLSVR: what every player is asked to do with its copy
-of the source (the *target task* τ), which output checks apply, and which degradation g suits
-it. ``math`` is the default (DESIGN §2); ``summary`` and ``writing`` are the paper's other
-tasks (GovReport, WritingPrompts; mask ratio 0.2).
+The target tasks that fill ``{task}`` live in :mod:`spy_env.tasks`.
 
 Templates are ``str.format`` strings. Fields available:
 
@@ -18,9 +15,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
-__all__ = ["TASKS", "TEMPLATE_FIELDS", "Task", "format_performances", "validate_templates"]
+__all__ = ["PERFORM", "SYSTEM", "TEMPLATE_FIELDS", "VOTE", "format_performances", "validate_templates"]
 
 TEMPLATE_FIELDS: dict[str, frozenset[str]] = {
     "system": frozenset({"n_players", "task"}),
@@ -39,7 +35,7 @@ TEMPLATE_FIELDS: dict[str, frozenset[str]] = {
     ),
 }
 
-_SYSTEM = (
+SYSTEM = (
     'You are playing "Who Is the Spy?" with {n_players} players. Every player received a copy '
     "of the same source text, except one player, the spy, whose copy was degraded (parts are "
     "missing or changed). Nobody is told who the spy is, not even the spy. First every player "
@@ -48,14 +44,14 @@ _SYSTEM = (
     "spy wins by blending in."
 )
 
-_PERFORM = (
+PERFORM = (
     "You are Player {player}.{history}\n\n"
     "Your copy of the source text:\n<document>\n{document}\n</document>\n\n"
     "Task: {task}. Ground your work in the specific facts of the source text: the other players "
     "will compare your performance with their own copies."
 )
 
-_VOTE = (
+VOTE = (
     "You are Player {player}. Round {round}.{history}\n\n"
     "Your copy of the source text:\n<document>\n{document}\n</document>\n\n"
     "Each player performed this task on its own copy: {task}.\n\n"
@@ -64,54 +60,6 @@ _VOTE = (
     "work tends to miss or contradict details of the source. Explain briefly, then end your reply "
     "with <vote>k</vote>, where k is one of {legal_votes}, or <vote>N/A</vote> to abstain."
 )
-
-
-@dataclass(frozen=True)
-class Task:
-    """A target task τ: what players do with the source, and how it is checked."""
-
-    name: str
-    instruction: str
-    requires_boxed: bool
-    default_degrade: str
-    default_ratio: float
-    system: str = _SYSTEM
-    perform: str = _PERFORM
-    vote: str = _VOTE
-
-    def templates(self, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
-        """The task's templates with ``overrides`` applied (keys: system, perform, vote)."""
-        out = {"system": self.system, "perform": self.perform, "vote": self.vote}
-        out.update(overrides or {})
-        return out
-
-
-TASKS: dict[str, Task] = {
-    "math": Task(
-        name="math",
-        instruction=(
-            "design a math problem grounded in the source text and solve it step by step, "
-            "with the final answer in \\boxed{}"
-        ),
-        requires_boxed=True,
-        default_degrade="mask_spans",
-        default_ratio=0.4,
-    ),
-    "summary": Task(
-        name="summary",
-        instruction="write a faithful summary of the source text in at most 150 words",
-        requires_boxed=False,
-        default_degrade="mask_spans",
-        default_ratio=0.2,
-    ),
-    "writing": Task(
-        name="writing",
-        instruction="write a short story (at most 200 words) that continues the source text",
-        requires_boxed=False,
-        default_degrade="mask_spans",
-        default_ratio=0.2,
-    ),
-}
 
 
 def validate_templates(templates: Mapping[str, str]) -> None:

@@ -13,7 +13,10 @@ The performing rewards of the alive players sum to zero for every vote pattern.
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = [
     "detection_rewards",
@@ -21,6 +24,7 @@ __all__ = [
     "plurality_elimination",
     "spy_caught",
     "votes_received",
+    "weighted_reward",
 ]
 
 
@@ -101,3 +105,18 @@ def spy_caught(received: Sequence[int], alive: Sequence[bool], spy_seat: int) ->
     (True, False)
     """
     return plurality_elimination(received, alive) == spy_seat
+
+
+def weighted_reward(
+    config: Any, *, detect: float | None = None, perform: float | None = None, penalty: float = 0.0
+) -> float:
+    """The scalar reward ``w_D·detect + w_P·perform + w_pen·penalty`` over the components given,
+    with the weights of a :class:`~spy_env.config.GameConfig` (a stage's row gives only its own).
+
+    >>> from spy_env.config import GameConfig
+    >>> weighted_reward(GameConfig(weight_perform=0.5), detect=1.0, perform=-1.0, penalty=-0.25)
+    0.25
+    """
+    weights = (config.weight_detect, config.weight_perform, config.weight_penalty)
+    terms = [w * x for w, x in zip(weights, (detect, perform, penalty), strict=True) if x is not None]
+    return functools.reduce(operator.add, terms)

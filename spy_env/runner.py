@@ -29,11 +29,12 @@ import numpy as np
 
 from spy_env.buffer import EpisodeBuffer
 from spy_env.config import GameConfig
-from spy_env.corpus import CorpusFilter, load_corpus
+from spy_env.corpus import game_documents
 from spy_env.display import terminal_safe
 from spy_env.env import parallel_env
 from spy_env.game import Game
 from spy_env.policy import Action, Policy, chat_messages
+from spy_env.rewards import weighted_reward
 from spy_env.stage import Stage
 
 logger = logging.getLogger(__name__)
@@ -76,11 +77,7 @@ class Runner:
         if max_concurrent_games < 1:
             raise ValueError(f"max_concurrent_games must be >= 1, got {max_concurrent_games}")
         # Load the corpus once and hand the documents to every env.
-        if isinstance(config.corpus, tuple) and all(hasattr(d, "text") for d in config.corpus):
-            documents = config.corpus
-        else:
-            filt = CorpusFilter(truncate=config.max_document_chars)
-            documents = tuple(load_corpus(config.corpus, filt, max_documents=config.max_documents))
+        documents = game_documents(config)
         self.config = replace(config, corpus=documents, max_documents=None)
         self.documents = documents
         self.games_per_document = games_per_document
@@ -239,11 +236,11 @@ class Runner:
         perform_row = slot.rows[(round_, Stage.PERFORM.value, agent)]
         perform_row["reward_perform"] = comps["perform"]
         perform_row["reward_penalty"] = comps["perform_penalty"]
-        perform_row["reward"] = cfg.weight_perform * comps["perform"] + cfg.weight_penalty * comps["perform_penalty"]
+        perform_row["reward"] = weighted_reward(cfg, perform=comps["perform"], penalty=comps["perform_penalty"])
         vote_row = slot.rows[(round_, Stage.VOTE.value, agent)]
         vote_row["reward_detect"] = comps["detect"]
         vote_row["reward_penalty"] = comps["vote_penalty"]
-        vote_row["reward"] = cfg.weight_detect * comps["detect"] + cfg.weight_penalty * comps["vote_penalty"]
+        vote_row["reward"] = weighted_reward(cfg, detect=comps["detect"], penalty=comps["vote_penalty"])
         for row in (perform_row, vote_row):
             row["votes_received"] = info["votes_received"]
 
@@ -287,7 +284,7 @@ def _call(policy: Policy, observations: list[Any]) -> list[Action]:
         error = f"policy returned {len(out)} actions for {len(observations)} observations"
         logger.warning("%s", error)
         return [Action.forfeit(error)] * len(observations)
-    return [_as_action(a) for a in out]
+    return [Action.of(a) for a in out]
 
 
 def _vote_probs(distribution: Mapping[str, float] | None, n_players: int) -> list[float]:
@@ -304,14 +301,6 @@ def _vote_probs(distribution: Mapping[str, float] | None, n_players: int) -> lis
         if 0 <= index <= n_players:
             probs[index] = float(p)
     return probs
-
-
-def _as_action(action: Any) -> Action:
-    if isinstance(action, Action):
-        return action
-    if isinstance(action, str):
-        return Action(text=action)
-    return Action.forfeit(f"policy returned {type(action).__name__}, not str or Action")
 
 
 class _Progress:

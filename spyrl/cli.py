@@ -18,8 +18,8 @@ from agents.decoding import ANSWER_MODES, VOTE_MODES
 from spy_env.config import GameConfig
 from spy_env.degrade import DEGRADERS
 from spy_env.display import markup_safe, terminal_safe
-from spy_env.prompts import TASKS
 from spy_env.stage import Stage
+from spy_env.tasks import TASKS
 
 # Wide enough for the results table when the output is not a terminal.
 console = Console(width=None if sys.stdout.isatty() else 160)

@@ -19,6 +19,7 @@ import numpy as np
 
 from spy_env.buffer import EpisodeBuffer
 from spy_env.io import save_figure
+from spy_env.policy import Action
 from spy_env.prompts import format_performances
 from spy_env.stage import Stage
 
@@ -149,7 +150,7 @@ def reward_alignment(buffer: EpisodeBuffer, documents: dict[str, str], judge: An
     for key, action in zip(keys, actions, strict=True):
         seats = rounds[key]
         order = sorted(seats)
-        ranks = parse_ranking(action if isinstance(action, str) else action.text, len(order))
+        ranks = parse_ranking(Action.of(action).text, len(order))
         if ranks is None:
             failures += 1
             continue

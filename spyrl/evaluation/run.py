@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from spy_env.io import save_figure, write_text
+from spy_env.policy import Action
 from spyrl.evaluation.benchmarks import BENCHMARKS, MATH_SUFFIX, MC_SUFFIX, load_items
 from spyrl.evaluation.scoring import Scorer, extract_answer, mc_letter
 
@@ -63,7 +64,7 @@ def evaluate(
             for start in range(0, len(requests), batch_size):
                 chunk = requests[start : start + batch_size]
                 actions = policy.act([_observation(item.prompt) for _, item in chunk])
-                completions += [a if isinstance(a, str) else a.text for a in actions]
+                completions += [Action.of(a).text for a in actions]
                 if progress:
                     print(f"{name}: {min(start + batch_size, len(requests))}/{len(requests)} completions", flush=True)
             per_item: list[dict[str, Any]] = [
