@@ -178,33 +178,10 @@ def documents_from_rows(
     for i, row in enumerate(rows):
         if max_documents is not None and len(docs) >= max_documents:
             break
-        if isinstance(row, _BadRow):
-            stats.skipped["bad_json"] += 1
+        text, skipped = _usable_text(row, filt, seen)
+        if text is None:
+            stats.skipped[skipped] += 1
             continue
-        if not isinstance(row, Mapping):
-            stats.skipped["not_a_row"] += 1
-            continue
-        text = row.get("text")
-        if not isinstance(text, str):
-            stats.skipped["no_text"] += 1
-            continue
-        text = clean_text(text.replace("\r\n", "\n")).strip()
-        if not text:
-            stats.skipped["empty"] += 1
-            continue
-        length = filt.length(text)
-        if length < filt.min_length:
-            stats.skipped["too_short"] += 1
-            continue
-        if filt.max_length is not None and length > filt.max_length:
-            stats.skipped["too_long"] += 1
-            continue
-        if filt.dedup:
-            key = hashlib.blake2b(" ".join(text.lower().split()).encode(), digest_size=16).digest()
-            if key in seen:
-                stats.skipped["duplicate"] += 1
-                continue
-            seen.add(key)
         cut = filt.cut(text)
         stats.truncated += cut is not text
         metadata = row.get("metadata")
@@ -222,6 +199,31 @@ def documents_from_rows(
         broken = {"bad_json", "not_a_row", "no_text"} & set(stats.skipped)
         logger.log(logging.WARNING if broken else logging.INFO, "%s: %s", source, stats)
     return docs, stats
+
+
+def _usable_text(row: Any, filt: CorpusFilter, seen: set[bytes]) -> tuple[str | None, str]:
+    """A row's cleaned text, or None and why the row is skipped (``seen``: dedup keys so far)."""
+    if isinstance(row, _BadRow):
+        return None, "bad_json"
+    if not isinstance(row, Mapping):
+        return None, "not_a_row"
+    text = row.get("text")
+    if not isinstance(text, str):
+        return None, "no_text"
+    text = clean_text(text.replace("\r\n", "\n")).strip()
+    if not text:
+        return None, "empty"
+    length = filt.length(text)
+    if length < filt.min_length:
+        return None, "too_short"
+    if filt.max_length is not None and length > filt.max_length:
+        return None, "too_long"
+    if filt.dedup:
+        key = hashlib.blake2b(" ".join(text.lower().split()).encode(), digest_size=16).digest()
+        if key in seen:
+            return None, "duplicate"
+        seen.add(key)
+    return text, ""
 
 
 def load_embedded(filt: CorpusFilter | None = None) -> list[Document]:
