@@ -369,7 +369,7 @@ def cmd_baselines(args: argparse.Namespace) -> int:
 
 
 def cmd_tournament(args: argparse.Namespace) -> int:
-    from agents.tournament import run_tournament
+    from spyrl.evaluation.tournament import run_tournament
 
     config = _game_config(args)
     names = [name.strip() for name in args.agents.split(",") if name.strip()]

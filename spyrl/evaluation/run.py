@@ -123,7 +123,7 @@ def game_evaluation(
 ):
     """The model against the heuristic and random baselines at mixed tables (a tournament)."""
     import agents
-    from agents.tournament import run_tournament
+    from spyrl.evaluation.tournament import run_tournament
 
     policies = {
         name: policy,
