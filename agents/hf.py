@@ -17,6 +17,7 @@ from typing import Any
 
 from agents.chat import encode_observation
 from agents.decoding import AnswerProgram, DecodeProgram, DecodingOptions, VoteProgram, vote_choices
+from agents.registry import register_backend, some_argument
 from agents.sampling import SamplingParams
 from agents.tensors import left_pad
 from spy_env.parsing import last_boxed
@@ -24,7 +25,7 @@ from spy_env.policy import Action, Observation
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HFPolicy", "resolve_device", "resolve_dtype"]
+__all__ = ["HFPolicy", "load_hf", "resolve_device", "resolve_dtype"]
 
 
 def _torch():
@@ -393,3 +394,21 @@ class HFPolicy:
             completion_mask=mask,
             vote_distribution=distribution,
         )
+
+
+@register_backend(
+    "hf",
+    spec="hf:PATH_OR_ID",
+    help="a transformers model: chat template, batched left-padded generation, token ids and per-token "
+    "logprobs; CPU or GPU, `dtype`/`device` options",
+    accepts=some_argument,
+    llm=True,
+    decoding=True,
+)
+def load_hf(argument: str, *, sampling: SamplingParams, **kwargs: Any) -> HFPolicy:
+    """``hf:PATH_OR_ID``: :meth:`HFPolicy.from_pretrained` (a path that looks local must exist)."""
+    from pathlib import Path
+
+    if argument.startswith(("/", "./", "../", "~")) and not Path(argument).expanduser().is_dir():
+        raise ValueError(f"agent spec {'hf:' + argument!r}: model folder {argument!r} does not exist")
+    return HFPolicy.from_pretrained(argument, sampling=sampling, **kwargs)

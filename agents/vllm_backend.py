@@ -33,11 +33,12 @@ from agents.decoding import (
     boxed_body_regex,
     is_vote,
 )
+from agents.registry import register_backend, some_argument
 from agents.sampling import SamplingParams
 from spy_env.parsing import last_boxed
 from spy_env.policy import Action, Observation
 
-__all__ = ["Request", "VLLMPolicy", "plan_request", "sampling_kwargs"]
+__all__ = ["Request", "VLLMPolicy", "load_vllm", "plan_request", "sampling_kwargs"]
 
 
 def _vllm():
@@ -201,3 +202,15 @@ def _reply(completion: Any) -> _Reply:
 def _joined(body: _Reply, ending: _Reply) -> _Reply:
     logprobs = None if body.logprobs is None or ending.logprobs is None else body.logprobs + ending.logprobs
     return _Reply(body.token_ids + ending.token_ids, logprobs, body.text + ending.text, ending.finish_reason)
+
+
+@register_backend(
+    "vllm",
+    spec="vllm:ID",
+    help="an offline `vllm.LLM` engine (GPU) with logprobs (`examples/vllm_games.py`)",
+    accepts=some_argument,
+    llm=True,
+)
+def load_vllm(argument: str, *, sampling: SamplingParams, **kwargs: Any) -> VLLMPolicy:
+    """``vllm:ID``: a :class:`VLLMPolicy` over the model ``ID`` (a hub id or a folder)."""
+    return VLLMPolicy(argument, sampling=sampling, **kwargs)
