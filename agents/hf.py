@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 from agents.chat import encode_observation
@@ -200,6 +201,7 @@ class HFPolicy:
         **model_kwargs: Any,
     ) -> HFPolicy:
         """Load a model and tokenizer by hub id or local folder (``gguf_file`` for GGUF weights)."""
+        decoding = DecodingOptions(vote_mode, think_tokens, abstain, answer, answer_tokens)  # checked before loading
         _torch()
         try:
             from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -210,18 +212,8 @@ class HFPolicy:
         tokenizer = AutoTokenizer.from_pretrained(path, **extra)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device), **extra, **model_kwargs)
         model.to(device).eval()
-        return cls(
-            model,
-            tokenizer,
-            sampling=sampling,
-            name=name or f"hf:{path}",
-            batch_size=batch_size,
-            vote_mode=vote_mode,
-            think_tokens=think_tokens,
-            abstain=abstain,
-            answer=answer,
-            answer_tokens=answer_tokens,
-        )
+        name = name or f"hf:{path}"
+        return cls(model, tokenizer, sampling=sampling, name=name, batch_size=batch_size, **asdict(decoding))
 
     # ------------------------------------------------------------------ policy
     def act(self, observations: Sequence[Observation]) -> list[Action]:

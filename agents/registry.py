@@ -108,16 +108,7 @@ def register_backend(
     def wrap(factory: BackendFactory) -> BackendFactory:
         if name in BACKENDS:
             raise ValueError(f"a backend named {name!r} is already registered")
-        BACKENDS[name] = Backend(
-            name=name,
-            spec=spec or name,
-            help=help,
-            factory=factory,
-            accepts=accepts,
-            llm=llm,
-            decoding=decoding,
-            loading_note=loading_note,
-        )
+        BACKENDS[name] = Backend(name, spec or name, help, factory, accepts, llm, decoding, loading_note)
         return factory
 
     return wrap
