@@ -61,3 +61,29 @@ def test_smollm2_loads_from_the_wheel_converts_once_and_plays(tmp_path_factory):
     assert len(buffer) == 6
     assert any(row["completion"].strip() for row in buffer)  # a real model answers
     assert all(len(r["logprobs"]) == len(r["completion_token_ids"]) for r in buffer)
+
+
+def test_backend_records_are_checked():
+    from agents.registry import Backend
+
+    def factory(argument, **kwargs):
+        return agents.RandomAgent()
+
+    with pytest.raises(ValueError, match="without ':'"):
+        Backend("a:b", "a:b", "help", factory)
+    with pytest.raises(ValueError, match="must start with its name"):
+        Backend("toy", "other:X", "help", factory)
+    with pytest.raises(ValueError, match="need an llm backend"):
+        Backend("toy", "toy", "help", factory, decoding=True)
+    assert agents.backend_of("hf:some/model") is agents.BACKENDS["hf"] and agents.backend_of("gpt-17") is None
+
+
+def test_named_models_resolve_in_one_place(tmp_path):
+    pytest.importorskip("transformers")
+    from agents.models import resolve_model_path
+
+    path = resolve_model_path("tiny", tiny_dir=tmp_path / "tiny", seed=0)
+    assert os.path.exists(os.path.join(path, "config.json"))
+    assert resolve_model_path("tiny", tiny_dir=tmp_path / "tiny") == path  # built once
+    with pytest.raises(ValueError, match="tiny_dir"):
+        resolve_model_path("tiny")
