@@ -20,27 +20,113 @@ allowed tokens) or *forced* (a single allowed token). :attr:`DecodeProgram.score
 sampled ones: those are the model's decisions, the only tokens a policy gradient should score.
 Forced tokens keep their log-probabilities for the record but carry no decision.
 
-The programs work on token ids and are backend-independent; :class:`agents.hf.HFPolicy` runs them
-inside ``generate`` as a logits processor.
+The options are one record, :class:`DecodingOptions`, whatever the backend. The programs work on
+token ids and are backend-independent; :class:`agents.hf.HFPolicy` runs them inside ``generate`` as
+a logits processor. vLLM has no per-token hook, so its backends send the same constraints as
+structured-output patterns (:func:`vote_regex`, :func:`boxed_body_regex`,
+:func:`boxed_answer_regex`): reasoning budgets there are counted in characters
+(:data:`CHARS_PER_TOKEN` per token), and nested braces in an answer go one level deep.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from spy_env.stage import Stage
 
 __all__ = [
     "ANSWER_MODES",
+    "CHARS_PER_TOKEN",
     "VOTE_MODES",
     "AnswerProgram",
     "DecodeProgram",
+    "DecodingOptions",
     "VoteProgram",
+    "boxed_answer_regex",
+    "boxed_body_regex",
+    "is_vote",
     "vote_choices",
     "vote_regex",
 ]
 
 VOTE_MODES = ("free", "constrained", "think-then-vote")
 ANSWER_MODES = ("free", "boxed")
+CHARS_PER_TOKEN = 4  # structured outputs count characters, not tokens: a token's worth of text
+
+
+@dataclass(frozen=True)
+class DecodingOptions:
+    """How an LLM's replies are shaped while decoded (see the module docstring), for any backend.
+
+    ``vote_mode`` (:data:`VOTE_MODES`), ``think_tokens`` (the reasoning budget of
+    think-then-vote), ``abstain`` (forced votes may pick ``N/A``; never in ``constrained``),
+    ``answer`` (:data:`ANSWER_MODES`) and ``answer_tokens`` (the length of a forced answer).
+    """
+
+    vote_mode: str = "free"
+    think_tokens: int = 32
+    abstain: bool = True
+    answer: str = "free"
+    answer_tokens: int = 12
+
+    def __post_init__(self) -> None:
+        if self.vote_mode not in VOTE_MODES:
+            raise ValueError(f"vote_mode must be one of {VOTE_MODES}, got {self.vote_mode!r}")
+        if self.answer not in ANSWER_MODES:
+            raise ValueError(f"answer must be one of {ANSWER_MODES}, got {self.answer!r}")
+        for name in ("think_tokens", "answer_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+    @property
+    def offers_abstain(self) -> bool:
+        """Whether a forced vote may pick ``N/A`` (``constrained`` is the bare tag with a seat)."""
+        return self.abstain and self.vote_mode != "constrained"
+
+    def vote_pattern(self, observations: Sequence[Mapping[str, Any]]) -> str | None:
+        """The structured-output regex of a batch of votes under these options (None: free).
+
+        >>> DecodingOptions("think-then-vote", think_tokens=8).vote_pattern([{"stage": 1, "vote_targets": [1, 1]}])
+        '[^<]{0,32}<vote>(?:1|2|N/A)</vote>'
+        >>> DecodingOptions("constrained").vote_pattern([{"stage": 1, "vote_targets": [0, 1]}])
+        '<vote>(?:2)</vote>'
+        """
+        if self.vote_mode == "free":
+            return None
+        think = CHARS_PER_TOKEN * self.think_tokens if self.vote_mode == "think-then-vote" else 0
+        return vote_regex(observations, abstain=self.offers_abstain, think_chars=think)
+
+
+def is_vote(observation: Mapping[str, Any]) -> bool:
+    """Whether an observation asks for a vote (the detection stage) rather than a performance."""
+    return Stage.of(observation.get("stage", Stage.PERFORM)) is Stage.VOTE
+
+
+# a box's content: text without braces, or groups nested one level deep (\frac{1}{2})
+_BOX_CONTENT = r"(?:[^{}]|\{[^{}]*\})"
+
+
+def boxed_body_regex() -> str:
+    r"""Free text that may only end once it holds a complete ``\boxed{…}`` (an ``answer="boxed"`` body).
+
+    >>> import re
+    >>> [bool(re.fullmatch(boxed_body_regex(), t)) for t in (r"so \boxed{\frac{1}{2}} done", "no answer yet")]
+    [True, False]
+    """
+    return r"[\s\S]*\\boxed\{" + _BOX_CONTENT + r"+\}[\s\S]*"
+
+
+def boxed_answer_regex(answer_chars: int) -> str:
+    r"""The forced ending of a body that ran out: ``\n\n\boxed{``, up to ``answer_chars`` characters, ``}``.
+
+    >>> import re
+    >>> [bool(re.fullmatch(boxed_answer_regex(8), t)) for t in ("\n\n\\boxed{42}", "\n\n\\boxed{123456789}")]
+    [True, False]
+    """
+    return r"\n\n\\boxed\{" + _BOX_CONTENT + f"{{1,{answer_chars}}}" + r"\}"
 
 
 def vote_choices(observation: Mapping[str, Any], abstain: bool = False) -> list[str]:

@@ -13,17 +13,20 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
-from agents.decoding import ANSWER_MODES, VOTE_MODES, AnswerProgram, DecodeProgram, VoteProgram, vote_choices
+from agents.chat import encode_observation
+from agents.decoding import AnswerProgram, DecodeProgram, DecodingOptions, VoteProgram, is_vote, vote_choices
+from agents.registry import register_backend, some_argument
 from agents.sampling import SamplingParams
+from agents.tensors import left_pad
 from spy_env.parsing import last_boxed
-from spy_env.policy import Action, Observation, chat_messages
-from spy_env.stage import Stage
+from spy_env.policy import Action, Observation
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HFPolicy", "resolve_device", "resolve_dtype"]
+__all__ = ["HFPolicy", "load_hf", "resolve_device", "resolve_dtype"]
 
 
 def _torch():
@@ -165,24 +168,13 @@ class HFPolicy:
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if vote_mode not in VOTE_MODES:
-            raise ValueError(f"vote_mode must be one of {VOTE_MODES}, got {vote_mode!r}")
-        if answer not in ANSWER_MODES:
-            raise ValueError(f"answer must be one of {ANSWER_MODES}, got {answer!r}")
-        for field, value, low in (("think_tokens", think_tokens, 1), ("answer_tokens", answer_tokens, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{field} must be an integer >= {low}, got {value!r}")
+        self.decoding = DecodingOptions(vote_mode, think_tokens, abstain, answer, answer_tokens)
         self.model = model
         self.tokenizer = tokenizer
         self.sampling = sampling or SamplingParams()
         self.name = name
         self.batch_size = batch_size
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        self.vote_mode = vote_mode
-        self.think_tokens = think_tokens
-        self.abstain = abstain
-        self.answer = answer
-        self.answer_tokens = answer_tokens
         self._closing: frozenset[int] | None = None
         self.share_prefix = share_prefix
         self._calls = 0
@@ -209,6 +201,7 @@ class HFPolicy:
         **model_kwargs: Any,
     ) -> HFPolicy:
         """Load a model and tokenizer by hub id or local folder (``gguf_file`` for GGUF weights)."""
+        decoding = DecodingOptions(vote_mode, think_tokens, abstain, answer, answer_tokens)  # checked before loading
         _torch()
         try:
             from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -219,18 +212,8 @@ class HFPolicy:
         tokenizer = AutoTokenizer.from_pretrained(path, **extra)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device), **extra, **model_kwargs)
         model.to(device).eval()
-        return cls(
-            model,
-            tokenizer,
-            sampling=sampling,
-            name=name or f"hf:{path}",
-            batch_size=batch_size,
-            vote_mode=vote_mode,
-            think_tokens=think_tokens,
-            abstain=abstain,
-            answer=answer,
-            answer_tokens=answer_tokens,
-        )
+        name = name or f"hf:{path}"
+        return cls(model, tokenizer, sampling=sampling, name=name, batch_size=batch_size, **asdict(decoding))
 
     # ------------------------------------------------------------------ policy
     def act(self, observations: Sequence[Observation]) -> list[Action]:
@@ -250,67 +233,50 @@ class HFPolicy:
     def program(self, observation: Observation) -> DecodeProgram | None:
         """The decoding program of an observation's reply (None: free sampling)."""
         eos = sorted(self.eos_ids)[0]
-        if Stage.of(observation.get("stage", Stage.PERFORM)) is Stage.VOTE:
-            if self.vote_mode == "free":
-                return None
-            choices = {
-                k: self._ids(k) for k in vote_choices(observation, self.abstain and self.vote_mode != "constrained")
-            }
-            if not choices:
-                return None
-            thinking = self.vote_mode == "think-then-vote"
-            return VoteProgram(
-                self._ids("<vote>"),
-                choices,
-                self._ids("</vote>"),
-                eos,
-                think_tokens=self.think_tokens if thinking else 0,
-                lead=self._ids("\n") if thinking else (),
+        if is_vote(observation):
+            return self._vote_program(observation, eos)
+        return self._answer_program(eos) if self.decoding.answer == "boxed" else None
+
+    def _vote_program(self, observation: Observation, eos: int) -> VoteProgram | None:
+        if self.decoding.vote_mode == "free":
+            return None
+        choices = {k: self._ids(k) for k in vote_choices(observation, self.decoding.offers_abstain)}
+        if not choices:
+            return None
+        thinking = self.decoding.vote_mode == "think-then-vote"
+        return VoteProgram(
+            self._ids("<vote>"),
+            choices,
+            self._ids("</vote>"),
+            eos,
+            think_tokens=self.decoding.think_tokens if thinking else 0,
+            lead=self._ids("\n") if thinking else (),
+        )
+
+    def _answer_program(self, eos: int) -> AnswerProgram:
+        opener, closer = self._ids("\n\n\\boxed{"), self._ids("}")
+        answer_tokens = self.decoding.answer_tokens
+        budget = self.sampling.max_new_tokens - AnswerProgram.reserved(opener, closer, answer_tokens)
+        if budget < 1:
+            raise ValueError(
+                f"max_new_tokens ({self.sampling.max_new_tokens}) leaves no room for a boxed answer "
+                f"of {answer_tokens} tokens"
             )
-        if self.answer == "boxed":
-            opener, closer = self._ids("\n\n\\boxed{"), self._ids("}")
-            budget = self.sampling.max_new_tokens - AnswerProgram.reserved(opener, closer, self.answer_tokens)
-            if budget < 1:
-                raise ValueError(
-                    f"max_new_tokens ({self.sampling.max_new_tokens}) leaves no room for a boxed answer "
-                    f"of {self.answer_tokens} tokens"
-                )
-            return AnswerProgram(
-                budget,
-                opener,
-                closer,
-                eos,
-                decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
-                has_answer=lambda text: last_boxed(text) is not None,
-                answer_tokens=self.answer_tokens,
-                closing_ids=self._closing_ids(),
-            )
-        return None
+        return AnswerProgram(
+            budget,
+            opener,
+            closer,
+            eos,
+            decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
+            has_answer=lambda text: last_boxed(text) is not None,
+            answer_tokens=answer_tokens,
+            closing_ids=self._closing_ids(),
+        )
 
     def encode(self, observation: Observation) -> list[int]:
-        """Prompt token ids of an observation, through the tokenizer's chat template."""
-        messages = chat_messages(observation)
-        try:
-            ids = self._template(messages)
-        except Exception:  # templates that reject a system turn: fold it into the user turn
-            if len(messages) < 2:
-                raise
-            merged = [
-                {
-                    "role": "user",
-                    "content": messages[0]["content"] + "\n\n" + messages[1]["content"],
-                }
-            ]
-            ids = self._template(merged)
-        return list(ids)
-
-    def _template(self, messages: list[dict[str, str]]) -> list[int]:
-        out = self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, **self.chat_template_kwargs
-        )
-        if hasattr(out, "keys"):  # BatchEncoding
-            out = out["input_ids"]
-        return out
+        """Prompt token ids of an observation, through the tokenizer's chat template
+        (:func:`agents.chat.encode_chat`: a system turn the template rejects is folded in)."""
+        return encode_observation(self.tokenizer, observation, **self.chat_template_kwargs)
 
     def generate(
         self,
@@ -352,20 +318,8 @@ class HFPolicy:
         from transformers import LogitsProcessorList
 
         device = next(self.model.parameters()).device
-        # The prompts' common prefix (the system turn, at least) is encoded once and shared by every
-        # row through the KV cache; each row's own tokens follow it, padded on their left.
-        shared = _common_prefix(prompts) if self.share_prefix and len(prompts) > 1 else 0
-        shared = shared if shared >= 16 else 0
-        rests = [p[shared:] for p in prompts]
-        tail = max(len(r) for r in rests)
-        width = shared + tail
-        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, (prompt, rest) in enumerate(zip(prompts, rests, strict=True)):
-            input_ids[row, :shared] = torch.tensor(prompt[:shared], dtype=torch.long)
-            input_ids[row, width - len(rest) :] = torch.tensor(rest, dtype=torch.long)
-            attention_mask[row, :shared] = 1
-            attention_mask[row, width - len(rest) :] = 1
+        input_ids, attention_mask, shared = self._batch_inputs(prompts)
+        width = input_ids.shape[1]
         cache = None
         if shared:
             with torch.inference_mode():
@@ -389,27 +343,64 @@ class HFPolicy:
             )
         completions = sequences[:, width:].cpu()
         logprobs = recorder.finish(sequences).cpu()
-        actions = []
-        for row, (prompt, program) in enumerate(zip(prompts, programs, strict=True)):
-            tokens = completions[row].tolist()
-            stop = next((i for i, t in enumerate(tokens) if t in self.eos_ids), None)
-            kept = tokens if stop is None else tokens[: stop + 1]
-            mask = distribution = None
-            if program is not None:
-                for token in kept[len(program.tokens) :]:  # the last token never reached the processor
-                    program.advance(token)
-                mask = list(program.scored[: len(kept)])
-                if isinstance(program, VoteProgram):
-                    distribution = program.distribution()
-            actions.append(
-                Action(
-                    text=self.tokenizer.decode(kept, skip_special_tokens=True),
-                    prompt_token_ids=list(prompt),
-                    completion_token_ids=kept,
-                    logprobs=logprobs[row, : len(kept)].tolist(),
-                    finish_reason="stop" if stop is not None else "length",
-                    completion_mask=mask,
-                    vote_distribution=distribution,
-                )
-            )
-        return actions
+        return [
+            self._action(prompt, completions[row].tolist(), logprobs[row], program)
+            for row, (prompt, program) in enumerate(zip(prompts, programs, strict=True))
+        ]
+
+    def _batch_inputs(self, prompts: Sequence[Sequence[int]]) -> tuple[Any, Any, int]:
+        """``(input_ids, attention_mask, shared)``: (B, W) tensors whose first ``shared`` columns are
+        the prompts' common prefix, each row's own tokens following it, padded on their left.
+
+        The common prefix (the system turn, at least) is encoded once and shared by every row
+        through the KV cache; under 16 tokens it is not worth it and ``shared`` is 0.
+        """
+        torch = _torch()
+        shared = _common_prefix(prompts) if self.share_prefix and len(prompts) > 1 else 0
+        shared = shared if shared >= 16 else 0
+        rest_ids, rest_mask = left_pad([p[shared:] for p in prompts], self.pad_id)
+        prefix = torch.tensor([list(prompts[0][:shared])] * len(prompts), dtype=torch.long).reshape(
+            len(prompts), shared
+        )
+        input_ids = torch.cat([prefix, rest_ids], dim=1)
+        attention_mask = torch.cat([torch.ones_like(prefix), rest_mask], dim=1)
+        return input_ids, attention_mask, shared
+
+    def _action(self, prompt: Sequence[int], tokens: list[int], logprobs: Any, program: DecodeProgram | None) -> Action:
+        """One row's completion as an :class:`Action`: cut after its first EOS, with its mask and vote distribution."""
+        stop = next((i for i, t in enumerate(tokens) if t in self.eos_ids), None)
+        kept = tokens if stop is None else tokens[: stop + 1]
+        mask = distribution = None
+        if program is not None:
+            for token in kept[len(program.tokens) :]:  # the last token never reached the processor
+                program.advance(token)
+            mask = list(program.scored[: len(kept)])
+            if isinstance(program, VoteProgram):
+                distribution = program.distribution()
+        return Action(
+            text=self.tokenizer.decode(kept, skip_special_tokens=True),
+            prompt_token_ids=list(prompt),
+            completion_token_ids=kept,
+            logprobs=logprobs[: len(kept)].tolist(),
+            finish_reason="stop" if stop is not None else "length",
+            completion_mask=mask,
+            vote_distribution=distribution,
+        )
+
+
+@register_backend(
+    "hf",
+    spec="hf:PATH_OR_ID",
+    help="a transformers model: chat template, batched left-padded generation, token ids and per-token "
+    "logprobs; CPU or GPU, `dtype`/`device` options",
+    accepts=some_argument,
+    llm=True,
+    decoding=True,
+)
+def load_hf(argument: str, *, sampling: SamplingParams, **kwargs: Any) -> HFPolicy:
+    """``hf:PATH_OR_ID``: :meth:`HFPolicy.from_pretrained` (a path that looks local must exist)."""
+    from pathlib import Path
+
+    if argument.startswith(("/", "./", "../", "~")) and not Path(argument).expanduser().is_dir():
+        raise ValueError(f"agent spec {'hf:' + argument!r}: model folder {argument!r} does not exist")
+    return HFPolicy.from_pretrained(argument, sampling=sampling, **kwargs)

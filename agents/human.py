@@ -10,11 +10,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+from agents.registry import any_argument, register_backend
 from spy_env.display import terminal_safe
 from spy_env.policy import Observation
 from spy_env.stage import Stage
 
-__all__ = ["HumanPolicy"]
+__all__ = ["HumanPolicy", "load_human"]
 
 _BARE_VOTE = re.compile(r"^\s*(\d{1,2}|n/?a)\s*$", re.IGNORECASE)
 
@@ -59,3 +60,9 @@ class HumanPolicy:
         if stage == "VOTE" and _BARE_VOTE.match(text):
             text = f"<vote>{text.strip().upper() if 'a' in text.lower() else text.strip()}</vote>"
         return text
+
+
+@register_backend("human", help="you, at the terminal", accepts=any_argument)
+def load_human(argument: str, *, seed: int | None = None, **kwargs) -> HumanPolicy:
+    """``human``: a person at the terminal (whatever follows ``:`` and the seed are ignored)."""
+    return HumanPolicy(**kwargs)

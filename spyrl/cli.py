@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agents.decoding import ANSWER_MODES, VOTE_MODES
+from agents.registry import BACKENDS, backend_of, spec_forms
 from spy_env.config import GameConfig
 from spy_env.degrade import DEGRADERS
 from spy_env.display import markup_safe, terminal_safe
@@ -48,8 +49,7 @@ def _add_game_args(p: argparse.ArgumentParser, default_agent: str = "heuristic")
     a.add_argument(
         "--agent",
         default=default_agent,
-        help="agent spec for every seat: heuristic, random, smollm2, hf:PATH, vllm:ID, "
-        "openai:MODEL@URL, human"
+        help=f"agent spec for every seat: {spec_forms()}"
         + (" (auto: smollm2 when installed, else heuristic)" if default_agent == "auto" else ""),
     )
     a.add_argument(
@@ -77,8 +77,9 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
         "--vote-mode",
         choices=VOTE_MODES,
         default="think-then-vote",
-        help="local models (hf, smollm2): free; constrained (<vote>k</vote>, the model picks k); think-then-vote "
-        "(free reasoning up to --think-tokens, then a forced vote among the legal seats)",
+        help=f"local models ({', '.join(b.name for b in BACKENDS.values() if b.decoding)}): free; constrained "
+        "(<vote>k</vote>, the model picks k); think-then-vote (free reasoning up to --think-tokens, then a forced "
+        "vote among the legal seats)",
     )
     s.add_argument("--think-tokens", type=int, default=32, help="reasoning budget of think-then-vote")
     s.add_argument("--abstain", action="store_true", help="forced votes may also pick N/A")
@@ -163,16 +164,16 @@ def _load_agent(spec: str, args: argparse.Namespace) -> Any:
         from agents import smollm2
 
         spec = "smollm2" if smollm2.is_available() else "heuristic"
-    kind = spec.split(":")[0]
+    backend = backend_of(spec)
     kwargs: dict[str, Any] = {"seed": args.seed}
-    if kind in ("hf", "smollm2", "vllm", "openai"):
+    if backend is not None and backend.llm:
         kwargs["sampling"] = agents.SamplingParams(
             temperature=args.temperature,
             top_p=args.top_p,
             max_new_tokens=args.max_new_tokens,
             seed=args.seed,
         )
-    if kind in ("hf", "smollm2"):
+    if backend is not None and backend.decoding:
         kwargs.update(
             batch_size=args.batch_size,
             vote_mode=args.vote_mode,
@@ -180,7 +181,7 @@ def _load_agent(spec: str, args: argparse.Namespace) -> Any:
             abstain=args.abstain,
             answer=args.answer,
         )
-    note = " (the first time converts SmolLM2, about 20 s)" if kind == "smollm2" else ""
+    note = backend.loading_note if backend is not None else ""
     with console.status(f"loading agent {markup_safe(spec)}{note}"):
         return agents.load(spec, **kwargs)
 
@@ -370,7 +371,7 @@ def cmd_baselines(args: argparse.Namespace) -> int:
 
 
 def cmd_tournament(args: argparse.Namespace) -> int:
-    from agents.tournament import run_tournament
+    from spyrl.evaluation.tournament import run_tournament
 
     config = _game_config(args)
     names = [name.strip() for name in args.agents.split(",") if name.strip()]
@@ -467,16 +468,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from spyrl.evaluation import evaluate, plot_results, results_table, save_results
-
     if args.chart:
         check_output(args.chart, overwrite=args.overwrite, suffixes=(".png",), flag="--chart")
     if args.compare:
-        runs = [_read_results(path) for path in args.compare]
-        print(terminal_safe(results_table(runs)))
-        if args.chart:
-            console.print(f"chart written to {markup_safe(plot_results(runs, args.chart))}")
-        return 0
+        return _eval_compare(args)
     if not args.model:
         raise ValueError("spyrl eval needs --model SPEC (or --compare FILES)")
     if args.alignment or args.game:
@@ -484,41 +479,75 @@ def cmd_eval(args: argparse.Namespace) -> int:
         check_output_dir(args.out_dir, names, overwrite=args.overwrite, flag="--out-dir")
     else:
         check_output(args.out, overwrite=args.overwrite, suffixes=(".json",))
+    paths = _benchmark_paths(args.data)
+    policy = _load_agent(args.model, args)
+    if args.alignment:
+        return _eval_alignment(args, policy)
+    if args.game:
+        return _eval_game(args, policy)
+    return _eval_benchmarks(args, policy, paths)
+
+
+def _eval_compare(args: argparse.Namespace) -> int:
+    """``eval --compare``: tabulate (and chart) saved results."""
+    from spyrl.evaluation import plot_results, results_table
+
+    runs = [_read_results(path) for path in args.compare]
+    print(terminal_safe(results_table(runs)))
+    if args.chart:
+        console.print(f"chart written to {markup_safe(plot_results(runs, args.chart))}")
+    return 0
+
+
+def _benchmark_paths(items: Sequence[str]) -> dict[str, str]:
+    """``--data NAME=PATH`` items as ``{name: path}`` (each path must exist)."""
     paths = {}
-    for item in args.data:
+    for item in items:
         name, sep, path = item.partition("=")
         if not sep:
             raise ValueError(f"--data expects NAME=PATH, got {item!r}")
         paths[name] = str(check_input(path, f"--data {name}:"))
-    policy = _load_agent(args.model, args)
-    if args.alignment:
-        from spy_env.runner import Runner
-        from spyrl.evaluation.alignment import reward_alignment
+    return paths
 
-        if not args.judge:
-            raise ValueError("--alignment needs --judge SPEC (the agent that ranks performances)")
-        judge = _load_agent(args.judge, args)
-        runner = Runner(_game_config(args))
-        buffer = runner.run([policy] * runner.config.n_players, args.games, seed=args.seed, progress=True)
-        documents = {doc.id: doc.text for doc in runner.documents}
-        result = reward_alignment(buffer, documents, judge)
-        print(terminal_safe(result.summary()))
-        console.print(f"plot written to {markup_safe(result.plot(Path(args.out_dir) / 'alignment.png'))}")
-        return 0
-    if args.game:
-        from spyrl.evaluation import game_evaluation
 
-        result = game_evaluation(
-            policy,
-            args.model,
-            args.games,
-            seed=args.seed,
-            config=_game_config(args),
-            max_forfeit_rate=args.max_forfeit_rate,
-        )
-        result.save(args.out_dir)
-        print(terminal_safe(result.table()))
-        return _report_forfeits(result.buffer.rows, args)
+def _eval_alignment(args: argparse.Namespace, policy: Any) -> int:
+    """``eval --alignment``: votes received against a judge's ranking of the performances."""
+    from spy_env.runner import Runner
+    from spyrl.evaluation.alignment import reward_alignment
+
+    if not args.judge:
+        raise ValueError("--alignment needs --judge SPEC (the agent that ranks performances)")
+    judge = _load_agent(args.judge, args)
+    runner = Runner(_game_config(args))
+    buffer = runner.run([policy] * runner.config.n_players, args.games, seed=args.seed, progress=True)
+    documents = {doc.id: doc.text for doc in runner.documents}
+    result = reward_alignment(buffer, documents, judge)
+    print(terminal_safe(result.summary()))
+    console.print(f"plot written to {markup_safe(result.plot(Path(args.out_dir) / 'alignment.png'))}")
+    return 0
+
+
+def _eval_game(args: argparse.Namespace, policy: Any) -> int:
+    """``eval --game``: the model against the baselines at mixed tables."""
+    from spyrl.evaluation import game_evaluation
+
+    result = game_evaluation(
+        policy,
+        args.model,
+        args.games,
+        seed=args.seed,
+        config=_game_config(args),
+        max_forfeit_rate=args.max_forfeit_rate,
+    )
+    result.save(args.out_dir)
+    print(terminal_safe(result.table()))
+    return _report_forfeits(result.buffer.rows, args)
+
+
+def _eval_benchmarks(args: argparse.Namespace, policy: Any, paths: dict[str, str]) -> int:
+    """``eval``: math benchmarks, scored with math-verify."""
+    from spyrl.evaluation import evaluate, plot_results, results_table, save_results
+
     names = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
     decoding = {
         "temperature": args.temperature,
@@ -528,7 +557,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     }
     results = evaluate(
         policy, names, k=args.k, limit=args.limit, seed=args.seed, paths=paths, batch_size=args.batch_size,
-        model=args.model, decoding=decoding, progress=True,
+        model=args.model, decoding=decoding, progress=_print_progress,
     )  # fmt: skip
     path = save_results(results, args.out)
     print(terminal_safe(results_table([results])))
@@ -536,6 +565,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.chart:
         console.print(f"chart written to {markup_safe(plot_results([results], args.chart))}")
     return 0
+
+
+def _print_progress(benchmark: str, done: int, total: int) -> None:
+    print(f"{benchmark}: {done}/{total} completions", flush=True)
 
 
 def cmd_view(args: argparse.Namespace) -> int:
@@ -588,11 +621,7 @@ def _add_max_forfeit_rate(p: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="spyrl", description="RLSVR / SpyRL: Who Is the Spy? over math documents")
-    parser.add_argument("--debug", action="store_true", help="show the traceback of every error")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_play_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("play", help="play one game and print its transcript and rewards")
     _add_game_args(p, default_agent="auto")
     p.add_argument("--full", action="store_true", help="do not clip long texts")
@@ -600,6 +629,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_overwrite(p)
     p.set_defaults(func=cmd_play)
 
+
+def _add_rollout_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rollout", help="play N games and save an episode buffer")
     _add_game_args(p)
     p.add_argument("--games", type=int, default=100)
@@ -610,6 +641,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_rollout)
 
+
+def _add_replay_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("replay", help="render games from an episode buffer")
     p.add_argument("file")
     p.add_argument("--game", type=int, default=None, help="only this game id")
@@ -617,6 +650,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full", action="store_true")
     p.set_defaults(func=cmd_replay)
 
+
+def _add_view_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("view", help="one self-contained HTML page of a buffer, a training run or a tournament")
     p.add_argument("input", help="an episode buffer (.parquet/.jsonl), a run folder or a tournament result")
     p.add_argument("-o", "--out", default="spyrl-view.html", help="the HTML file to write")
@@ -627,6 +662,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--games-per-iteration", type=int, default=6, help="sample games per iteration of a run")
     p.set_defaults(func=cmd_view)
 
+
+def _add_train_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="SpyRL GRPO training (presets: cpu-smoke, smollm2-cpu, qwen3-4b-paper)")
     p.add_argument("--preset", default="cpu-smoke", help="cpu-smoke, smollm2-cpu or qwen3-4b-paper")
     p.add_argument("--config", default=None, help="a YAML file of SpyRLConfig fields (may name a preset)")
@@ -640,15 +677,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_train)
 
+
+def _add_plot_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plot", help="draw a run's training curves (PNG)")
     p.add_argument("run_dir")
     p.add_argument("--out", default=None, help="PNG file (default: RUN_DIR/curves.png, replaced)")
     _add_overwrite(p)
     p.set_defaults(func=cmd_plot)
 
+
+def _add_eval_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="math benchmarks (math-verify) or game metrics of a model")
     _add_game_args(p, default_agent="heuristic")
-    p.add_argument("--model", default=None, help="agent spec: smollm2, hf:PATH, vllm:ID, openai:MODEL@URL, ...")
+    llms = spec_forms(b for b in BACKENDS.values() if b.llm)
+    p.add_argument("--model", default=None, help=f"agent spec: {llms}, ...")
     p.add_argument(
         "--benchmarks",
         default="gsm8k",
@@ -676,6 +718,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(max_new_tokens=128, answer="free")
     p.set_defaults(func=cmd_eval)
 
+
+def _add_tournament_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tournament", help="mixed tables of agents: per-agent metrics, ratings, chart")
     _add_game_args(p)
     p.add_argument("--agents", default="heuristic,random", help="comma-separated agent specs")
@@ -686,13 +730,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_tournament)
 
+
+def _add_bench_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bench", help="fixed held-out benchmark sets: detect (vote as a civilian) or spy (survive as the spy)"
     )
     p.add_argument("set", choices=("detect", "spy", "build"), help="the set to run, or 'build' to rebuild both files")
-    p.add_argument(
-        "--model", default=None, help="agent spec: heuristic, random, smollm2, hf:PATH, vllm:ID, openai:M@URL"
-    )
+    p.add_argument("--model", default=None, help=f"agent spec: {spec_forms()}")
     p.add_argument("--limit", type=int, default=None, help="only the first N games of the set")
     p.add_argument("--out", default=None, help="results JSON (default runs/bench/SET-MODEL.json)")
     p.add_argument("--out-dir", default=None, help="build: write the sets here instead of the package data")
@@ -701,6 +745,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling_args(p)
     p.set_defaults(func=cmd_bench)
 
+
+def _add_baselines_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("baselines", help="detection accuracy of scripted agents per degradation operator")
     p.add_argument("--games", type=int, default=500)
     p.add_argument("--players", type=int, default=5)
@@ -708,6 +754,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agents", default="heuristic,random")
     p.add_argument("--seed", type=_seed, default=0)
     p.set_defaults(func=cmd_baselines)
+
+
+COMMANDS = (
+    _add_play_command,
+    _add_rollout_command,
+    _add_replay_command,
+    _add_view_command,
+    _add_train_command,
+    _add_plot_command,
+    _add_eval_command,
+    _add_tournament_command,
+    _add_bench_command,
+    _add_baselines_command,
+)  # in the order `spyrl --help` lists them
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="spyrl", description="RLSVR / SpyRL: Who Is the Spy? over math documents")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of every error")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add_command in COMMANDS:
+        add_command(sub)
     for command in sub.choices.values():  # also after the command; SUPPRESS keeps the top-level value
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     return parser

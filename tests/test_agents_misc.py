@@ -1,10 +1,8 @@
-"""Agent specs, the human seat, vLLM's install hint, SmolLM2 from its wheel, tournaments."""
+"""Agent specs, the human seat, vLLM's install hint, SmolLM2 from its wheel."""
 
 from __future__ import annotations
 
 import importlib.util
-import json
-import math
 import os
 
 import pytest
@@ -12,7 +10,6 @@ import pytest
 import agents
 import spy_env
 from agents.human import HumanPolicy
-from agents.tournament import run_tournament, seat_schedule
 from spy_env.runner import rollout
 
 
@@ -66,33 +63,27 @@ def test_smollm2_loads_from_the_wheel_converts_once_and_plays(tmp_path_factory):
     assert all(len(r["logprobs"]) == len(r["completion_token_ids"]) for r in buffer)
 
 
-def test_seat_schedule_seats_everyone_and_mixes_tables():
-    schedule = seat_schedule(["a", "b", "c"], 5, 40, seed=0)
-    assert all(set(t.seats) == {"a", "b", "c"} and len(t.seats) == 5 for t in schedule)
-    assert len({t.seats for t in schedule}) > 10
-    with pytest.raises(ValueError):
-        seat_schedule(list("abcdef"), 5, 1, seed=0)
+def test_backend_records_are_checked():
+    from agents.registry import Backend
+
+    def factory(argument, **kwargs):
+        return agents.RandomAgent()
+
+    with pytest.raises(ValueError, match="without ':'"):
+        Backend("a:b", "a:b", "help", factory)
+    with pytest.raises(ValueError, match="must start with its name"):
+        Backend("toy", "other:X", "help", factory)
+    with pytest.raises(ValueError, match="need an llm backend"):
+        Backend("toy", "toy", "help", factory, decoding=True)
+    assert agents.backend_of("hf:some/model") is agents.BACKENDS["hf"] and agents.backend_of("gpt-17") is None
 
 
-def test_tournament_metrics_ratings_and_files(tmp_path):
-    result = run_tournament(
-        {"heuristic": agents.load("heuristic"), "random": agents.load("random")},
-        60,
-        config=spy_env.GameConfig(degrade="perturb_numbers"),
-        seed=0,
-    )
-    m = result.metrics
-    assert m["heuristic"]["games_as_spy"] + m["random"]["games_as_spy"] == 60
-    assert min(m["heuristic"]["games_as_spy"], m["random"]["games_as_spy"]) >= 15  # both roles
-    # At mixed tables heuristic civilians suspect the random performances, so a heuristic spy
-    # blends in while a random spy does not: the heuristic must win on reward and rating.
-    assert m["heuristic"]["spy_caught_rate"] < m["random"]["spy_caught_rate"]
-    assert m["heuristic"]["reward/civilian_perform"] > m["random"]["reward/civilian_perform"]
-    assert result.ratings["heuristic"]["mean"] > result.ratings["random"]["mean"]
-    assert result.ratings["heuristic"]["rank"] == 1
-    paths = result.save(tmp_path)
-    summary = json.loads(paths["summary"].read_text())
-    assert set(summary["metrics"]) == {"heuristic", "random"}
-    assert paths["chart"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "| heuristic |" in result.table()
-    assert not math.isnan(m["random"]["spy_caught_rate"])
+def test_named_models_resolve_in_one_place(tmp_path):
+    pytest.importorskip("transformers")
+    from agents.models import resolve_model_path
+
+    path = resolve_model_path("tiny", tiny_dir=tmp_path / "tiny", seed=0)
+    assert os.path.exists(os.path.join(path, "config.json"))
+    assert resolve_model_path("tiny", tiny_dir=tmp_path / "tiny") == path  # built once
+    with pytest.raises(ValueError, match="tiny_dir"):
+        resolve_model_path("tiny")

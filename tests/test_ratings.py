@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 
@@ -9,8 +10,8 @@ import numpy as np
 import pytest
 
 import agents
-from agents.tournament import run_tournament, seat_schedule
 from spy_env.config import GameConfig
+from spyrl.evaluation.tournament import run_tournament, seat_schedule
 
 
 class Handicapped:
@@ -115,3 +116,35 @@ def test_swapping_agent_names_changes_nothing():
     a, b = play("alpha", "beta"), play("beta", "alpha")
     assert a.ratings["alpha"] == b.ratings["beta"] and a.ratings["beta"] == b.ratings["alpha"]
     assert a.metrics["alpha"] == b.metrics["beta"] and a.intervals["beta"] == b.intervals["alpha"]
+
+
+def test_seat_schedule_seats_everyone_and_mixes_tables():
+    schedule = seat_schedule(["a", "b", "c"], 5, 40, seed=0)
+    assert all(set(t.seats) == {"a", "b", "c"} and len(t.seats) == 5 for t in schedule)
+    assert len({t.seats for t in schedule}) > 10
+    with pytest.raises(ValueError):
+        seat_schedule(list("abcdef"), 5, 1, seed=0)
+
+
+def test_tournament_metrics_ratings_and_files(tmp_path):
+    result = run_tournament(
+        {"heuristic": agents.load("heuristic"), "random": agents.load("random")},
+        60,
+        config=GameConfig(degrade="perturb_numbers"),
+        seed=0,
+    )
+    m = result.metrics
+    assert m["heuristic"]["games_as_spy"] + m["random"]["games_as_spy"] == 60
+    assert min(m["heuristic"]["games_as_spy"], m["random"]["games_as_spy"]) >= 15  # both roles
+    # At mixed tables heuristic civilians suspect the random performances, so a heuristic spy
+    # blends in while a random spy does not: the heuristic must win on reward and rating.
+    assert m["heuristic"]["spy_caught_rate"] < m["random"]["spy_caught_rate"]
+    assert m["heuristic"]["reward/civilian_perform"] > m["random"]["reward/civilian_perform"]
+    assert result.ratings["heuristic"]["mean"] > result.ratings["random"]["mean"]
+    assert result.ratings["heuristic"]["rank"] == 1
+    paths = result.save(tmp_path)
+    summary = json.loads(paths["summary"].read_text())
+    assert set(summary["metrics"]) == {"heuristic", "random"}
+    assert paths["chart"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| heuristic |" in result.table()
+    assert not math.isnan(m["random"]["spy_caught_rate"])

@@ -19,3 +19,11 @@ def test_ci_runs_the_readme_test_command():
     blocks = re.findall(r"```bash\n(.*?)```", README, re.S)
     test_command = next(b.strip() for b in blocks if "pytest" in b)
     assert test_command in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+
+
+def test_agents_table_is_the_backend_registry():
+    import agents
+
+    section = README.split("## Agents\n", 1)[1]
+    table = re.search(r"^\| spec \| what \|\n(?:\|.*\n)+", section, re.M).group(0).rstrip("\n")
+    assert table == agents.backends_table(), "regenerate README's agents table from agents.backends_table()"

@@ -66,7 +66,7 @@ def _corpus(path: Path) -> Path:
 @pytest.fixture(scope="module")
 def artefacts(tmp_path_factory):
     """A hostile rollout buffer, a run folder and a tournament result, with their pages."""
-    from agents.tournament import run_tournament
+    from spyrl.evaluation.tournament import run_tournament
     from trainers.sinks import MetricSinks
 
     root = tmp_path_factory.mktemp("viewer")

@@ -12,7 +12,7 @@ TRL's pieces). It owns what is hard to get right at scale, and we do not duplica
 
 This module adapts it to the policy contract of the runner: observations in, :class:`Action`
 records out, prompts encoded with the same chat template as the ``hf`` backend, and optional
-votes shaped through vLLM's structured outputs (:func:`agents.decoding.vote_regex`):
+votes shaped through vLLM's structured outputs (:meth:`agents.decoding.DecodingOptions.vote_pattern`):
 ``constrained`` is the bare ``<vote>k</vote>``; ``think-then-vote`` allows ``4 × think_tokens``
 characters of reasoning without ``<`` before it (a character budget: structured outputs cannot
 count tokens). vLLM does not say which tokens the pattern forced, so every token is scored.
@@ -24,7 +24,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from agents.decoding import vote_regex
+from agents.decoding import DecodingOptions
 from spy_env.policy import Action, Observation
 
 __all__ = [
@@ -90,9 +90,7 @@ class VLLMRolloutPolicy:
     ) -> None:
         self.engine = engine
         self.encoder = encoder
-        self.vote_mode = vote_mode
-        self.think_tokens = think_tokens
-        self.abstain = abstain
+        self.decoding = DecodingOptions(vote_mode=vote_mode, think_tokens=think_tokens, abstain=abstain)
         self.name = name
         self.stats = {"calls": 0, "too_long": 0}
 
@@ -140,10 +138,7 @@ class VLLMRolloutPolicy:
 
     def regex(self, observations: Sequence[Observation]) -> str | None:
         """The structured-output pattern of a batch under this policy's vote mode (None: free)."""
-        if self.vote_mode == "free":
-            return None
-        think = 4 * self.think_tokens if self.vote_mode == "think-then-vote" else 0
-        return vote_regex(observations, abstain=self.abstain and self.vote_mode != "constrained", think_chars=think)
+        return self.decoding.vote_pattern(observations)
 
     def sync(self) -> None:
         """Push the current training weights to the engine (a collective: every process calls it)."""

@@ -170,8 +170,13 @@ def build_set(kind: str, num_games: int = NUM_GAMES, *, seed: int = 0, config: G
                 "performances": performances,
             }
         )
+    return json.dumps(_set_payload(kind, config, games, seed=seed), indent=1, ensure_ascii=False) + "\n"
+
+
+def _set_payload(kind: str, config: GameConfig, games: list[dict[str, Any]], *, seed: int) -> dict[str, Any]:
+    """A set's JSON object: what it is, how it was built, and its games."""
     game_fields = {k: v for k, v in config.to_dict().items() if k not in ("corpus", "max_documents")}
-    payload = {
+    return {
         "name": kind,
         "version": VERSION,
         "description": _DESCRIPTIONS[kind],
@@ -180,11 +185,10 @@ def build_set(kind: str, num_games: int = NUM_GAMES, *, seed: int = 0, config: G
             "performers": "heuristic, 2-4 salient numbers per seat (drawn per game), seed game_seed + seat",
             "detectors": "heuristic, seed game_seed" if kind == "spy" else None,
         },
-        "build": {"num_games": num_games, "seed": seed},
+        "build": {"num_games": len(games), "seed": seed},
         "config": game_fields,
         "games": games,
     }
-    return json.dumps(payload, indent=1, ensure_ascii=False) + "\n"
 
 
 _DESCRIPTIONS = {

@@ -4,8 +4,9 @@ charts, and game-level evaluation against the baselines."""
 from __future__ import annotations
 
 import json
+import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,11 @@ from spy_env.policy import Action
 from spyrl.evaluation.benchmarks import BENCHMARKS, MATH_SUFFIX, MC_SUFFIX, load_items
 from spyrl.evaluation.scoring import Scorer, extract_answer, mc_letter
 
-__all__ = ["evaluate", "game_evaluation", "plot_results", "results_table", "save_results"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["Progress", "evaluate", "game_evaluation", "plot_results", "results_table", "save_results"]
+
+Progress = Callable[[str, int, int], None]  # (benchmark, completions done, completions in all)
 
 
 def _observation(prompt: str) -> dict[str, Any]:
@@ -35,12 +40,13 @@ def evaluate(
     batch_size: int = 64,
     model: str = "",
     decoding: Mapping[str, Any] | None = None,
-    progress: bool = False,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Evaluate ``policy`` (anything with a batched ``act``) on ``benchmarks``; returns results.
 
     Each question is sampled ``k`` times (the benchmark's default avg@k when ``k`` is None) and
     scored per sample; accuracy is the mean over questions of the mean over samples.
+    ``progress(benchmark, done, total)`` is called after every batch of completions.
     """
     paths = dict(paths or {})
     scorer = Scorer()
@@ -65,8 +71,10 @@ def evaluate(
                 chunk = requests[start : start + batch_size]
                 actions = policy.act([_observation(item.prompt) for _, item in chunk])
                 completions += [Action.of(a).text for a in actions]
-                if progress:
-                    print(f"{name}: {min(start + batch_size, len(requests))}/{len(requests)} completions", flush=True)
+                done = min(start + batch_size, len(requests))
+                logger.debug("%s: %d/%d completions", name, done, len(requests))
+                if progress is not None:
+                    progress(name, done, len(requests))
             per_item: list[dict[str, Any]] = [
                 {"id": item.id, "gold": item.gold, "answers": [], "correct": []} for item in items
             ]
@@ -124,7 +132,7 @@ def game_evaluation(
 ):
     """The model against the heuristic and random baselines at mixed tables (a tournament)."""
     import agents
-    from agents.tournament import run_tournament
+    from spyrl.evaluation.tournament import run_tournament
 
     policies = {
         name: policy,

@@ -1,0 +1,152 @@
+"""The backend registry: every kind of spec that :func:`agents.load` turns into a policy.
+
+A backend is a name (the part of a spec before ``:``), the form users write (``hf:PATH_OR_ID``),
+a one-line help, which arguments the form accepts, and a factory. ``agents.load``, the table in
+``agents``' docstring, the ``spyrl`` command line (which options a seat's spec gets, and its help
+texts) and the README's agents table all read :data:`BACKENDS`, so a new backend is one file that
+defines its policy and registers it::
+
+    @register_backend("echo", spec="echo:TEXT", help="says TEXT every time", accepts=some_argument)
+    def load_echo(argument: str, *, seed: int | None = None, **kwargs) -> Policy:
+        return EchoPolicy(argument, **kwargs)
+
+A factory is called as ``factory(argument, seed=seed, **kwargs)``; an ``llm`` backend's factory
+as ``factory(argument, sampling=sampling, **kwargs)``, where ``sampling`` is the caller's
+:class:`~agents.sampling.SamplingParams` (default ones when none was given) carrying ``seed``
+unless it had its own. Heavy dependencies belong inside the factory, imported when a spec of
+the backend is loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from agents.sampling import SamplingParams
+from spy_env.policy import Policy
+
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "BackendFactory",
+    "any_argument",
+    "backend_of",
+    "backends_table",
+    "load",
+    "no_argument",
+    "register_backend",
+    "some_argument",
+    "spec_forms",
+]
+
+BackendFactory = Callable[..., Policy]
+
+
+def no_argument(argument: str) -> bool:
+    """The spec is the bare name (``smollm2``)."""
+    return not argument
+
+
+def any_argument(argument: str) -> bool:
+    """The spec may carry anything after ``:``, or nothing (``random``, ``random:7``)."""
+    return True
+
+
+def some_argument(argument: str) -> bool:
+    """The spec must carry something after ``:`` (``hf:PATH_OR_ID``)."""
+    return bool(argument)
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One registered kind of agent spec.
+
+    ``llm``: the policy samples text and takes ``sampling`` (the CLI's ``--temperature``,
+    ``--top-p``, ``--max-new-tokens``). ``decoding``: it also runs :mod:`agents.decoding`'s vote
+    and answer options and batches locally (the CLI's ``--vote-mode``, ``--think-tokens``,
+    ``--abstain``, ``--answer``, ``--batch-size``). ``loading_note`` is shown while it loads.
+    """
+
+    name: str
+    spec: str
+    help: str
+    factory: BackendFactory = field(repr=False, compare=False)
+    accepts: Callable[[str], bool] = field(default=no_argument, repr=False, compare=False)
+    llm: bool = False
+    decoding: bool = False
+    loading_note: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name or ":" in self.name or not self.name.isprintable():
+            raise ValueError(f"a backend name is a non-empty word without ':', got {self.name!r}")
+        if self.spec.partition(":")[0] != self.name:
+            raise ValueError(f"backend {self.name!r}: its spec form must start with its name, got {self.spec!r}")
+        if self.decoding and not self.llm:
+            raise ValueError(f"backend {self.name!r}: decoding options need an llm backend")
+
+
+BACKENDS: dict[str, Backend] = {}
+
+
+def register_backend(
+    name: str,
+    *,
+    help: str,
+    spec: str | None = None,
+    accepts: Callable[[str], bool] = no_argument,
+    llm: bool = False,
+    decoding: bool = False,
+    loading_note: str = "",
+) -> Callable[[BackendFactory], BackendFactory]:
+    """Decorator that makes a factory loadable as ``agents.load("NAME[:ARGUMENT]")``.
+
+    ``spec`` is the form shown to users (default: the bare name); ``accepts(argument)`` says
+    whether the part after ``:`` fits (a spec that does not fit is an unknown spec).
+    """
+
+    def wrap(factory: BackendFactory) -> BackendFactory:
+        if name in BACKENDS:
+            raise ValueError(f"a backend named {name!r} is already registered")
+        BACKENDS[name] = Backend(name, spec or name, help, factory, accepts, llm, decoding, loading_note)
+        return factory
+
+    return wrap
+
+
+def backend_of(spec: str) -> Backend | None:
+    """The backend a spec names (by the part before ``:``), or None."""
+    return BACKENDS.get(spec.partition(":")[0]) if isinstance(spec, str) else None
+
+
+def spec_forms(backends: Iterable[Backend] | None = None) -> str:
+    """``"random, heuristic, hf:PATH_OR_ID, ..."``: the forms of ``backends`` (default: every
+    registered one), in registration order."""
+    return ", ".join(b.spec for b in (BACKENDS.values() if backends is None else backends))
+
+
+def backends_table() -> str:
+    """The registered backends as a Markdown table (the README's agents table is this text)."""
+    lines = ["| spec | what |", "|---|---|"]
+    lines += [f"| `{b.spec}` | {b.help} |" for b in BACKENDS.values()]
+    return "\n".join(lines)
+
+
+def load(spec: str, *, seed: int | None = None, sampling: SamplingParams | None = None, **kwargs: Any) -> Policy:
+    """Build a policy from a spec string (see :data:`BACKENDS` and ``agents``' docstring).
+
+    ``seed`` seeds scripted agents and, for LLMs, the sampling (unless ``sampling`` has one);
+    other keyword arguments go to the backend's factory.
+    """
+    if not isinstance(spec, str) or not spec:
+        raise ValueError(f"agent spec must be a non-empty string, got {spec!r}")
+    backend = backend_of(spec)
+    argument = spec.partition(":")[2]
+    if backend is None or not backend.accepts(argument):
+        raise ValueError(f"unknown agent spec {spec!r}; known forms: {spec_forms()}")
+    if not backend.llm:
+        return backend.factory(argument, seed=seed, **kwargs)
+    sampling = sampling or SamplingParams()
+    if seed is not None and sampling.seed is None:
+        sampling = replace(sampling, seed=seed)
+    return backend.factory(argument, sampling=sampling, **kwargs)
