@@ -7,7 +7,8 @@
 
 from __future__ import annotations
 
-from trainers.config import PRESETS, SpyRLConfig
+from trainers.config import SpyRLConfig
+from trainers.presets import PRESETS
 
 __all__ = ["PRESETS", "SpyRLConfig", "SpyRLTrainer"]
 
