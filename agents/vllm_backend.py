@@ -88,3 +88,16 @@ class VLLMPolicy:
                 )
             )
         return actions
+
+    # ----------------------------------------------- rollout policy (spy_env.policy.RolloutPolicy)
+    def restart_sampling(self, seed: int | None) -> None:
+        """Sample as a fresh run seeded by ``seed``: request k of the run is seeded with ``seed + k``."""
+        self.sampling = SamplingParams(**{**self.sampling.to_dict(), "seed": seed})
+        self._calls = 0
+
+    def sync(self) -> None:
+        """An offline engine loads its weights from ``model`` once and cannot follow a trainer's."""
+        raise NotImplementedError(
+            "the offline vllm backend cannot follow a trainer's weights; train with generation='vllm-colocate' "
+            "or 'vllm-server' (trainers.vllm_engine)"
+        )

@@ -296,8 +296,7 @@ class SpyRLTrainer:
         self.sinks = MetricSinks(self.output_dir, config.report_to if main else [], config.to_dict())
         if resume_from:
             self.load_checkpoint(resume_from, verified=True)
-            if hasattr(self.policy, "sync"):  # the engine loaded the initial weights, not the checkpoint's
-                self.policy.sync()
+            self.policy.sync()  # a separate engine loaded the initial weights, not the checkpoint's
 
     @property
     def unwrapped(self) -> Any:
@@ -403,9 +402,7 @@ class SpyRLTrainer:
 
     def rollouts(self) -> EpisodeBuffer:
         c = self.config
-        self.policy.sampling = replace(self.policy.sampling, seed=_seed_for(c.seed, self.iteration, 1, self.rank))
-        if hasattr(self.policy, "_calls"):
-            self.policy._calls = 0
+        self.policy.restart_sampling(_seed_for(c.seed, self.iteration, 1, self.rank))
         self.model.eval()
         games = c.documents_per_iteration * c.games_per_document
         documents = self.train_documents
@@ -656,8 +653,7 @@ class SpyRLTrainer:
         update_seconds = time.perf_counter() - start
         self.scheduler.step()
         self.iteration += 1
-        if hasattr(self.policy, "sync"):  # a separate engine (vLLM) needs the new weights
-            self.policy.sync()
+        self.policy.sync()  # a separate engine (vLLM) needs the new weights
         next_stage = self.controller.update(*controller_signals(game, self.game_config.train_spy_vote))
         generated = sum(len(r["completion_token_ids"]) for r in buffer)
         metrics: dict[str, Any] = {

@@ -145,6 +145,11 @@ class VLLMRolloutPolicy:
         think = 4 * self.think_tokens if self.vote_mode == "think-then-vote" else 0
         return vote_regex(observations, abstain=self.abstain and self.vote_mode != "constrained", think_chars=think)
 
+    # ----------------------------------------------- rollout policy (spy_env.policy.RolloutPolicy)
+    def restart_sampling(self, seed: int | None) -> None:
+        """Record ``seed`` as the run's sampling seed (on the encoder; TRL's engine seeds its own sampling)."""
+        self.encoder.restart_sampling(seed)
+
     def sync(self) -> None:
         """Push the current training weights to the engine (a collective: every process calls it)."""
         self.engine.sync_weights()
