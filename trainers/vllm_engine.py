@@ -96,14 +96,6 @@ class VLLMRolloutPolicy:
         self.name = name
         self.stats = {"calls": 0, "too_long": 0}
 
-    @property
-    def sampling(self):
-        return self.encoder.sampling
-
-    @sampling.setter
-    def sampling(self, value) -> None:
-        self.encoder.sampling = value
-
     def act(self, observations: Sequence[Observation]) -> list[Action]:
         prompts = [self.encoder.encode(obs) for obs in observations]
         # vLLM rejects a whole batch if one prompt leaves no room in its context window; such a
