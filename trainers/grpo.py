@@ -227,7 +227,8 @@ class SpyRLTrainer:
 
     # -------------------------------------------------------------- updates
     def mini_batch_size(self, samples: int) -> int:
-        """Samples per optimizer step when this iteration trains on ``samples`` rows (:func:`trainers.update.mini_batch_size`)."""
+        """Samples per optimizer step when this iteration trains on ``samples`` rows
+        (:func:`trainers.update.mini_batch_size`)."""
         return mini_batch_size(self.config, samples)
 
     def update(self, rows: list[dict], stage: Stage | str) -> dict[str, float]:
@@ -249,7 +250,8 @@ class SpyRLTrainer:
         return totals.metrics()
 
     def _fix_logps(self, samples: TrainingSamples, on_policy: set[int]) -> None:
-        """Behaviour log-probs of the off-policy samples and reference log-probs (``beta`` > 0), once, before any step."""
+        """Behaviour log-probs of the off-policy samples, and reference log-probs (``beta`` > 0): once,
+        before any step."""
         c = self.config
 
         def behaviour(prompts: list[list[int]], completions: list[list[int]]) -> torch.Tensor:

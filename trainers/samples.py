@@ -40,8 +40,10 @@ def skip_reason(row: Mapping[str, Any], max_prompt_tokens: int) -> str | None:
     """Why a row of the training stage cannot train (one of :data:`SKIP_REASONS`), or None.
 
     >>> row = {"error": None, "prompt_token_ids": [1, 2], "completion_token_ids": [7, 8], "completion_mask": [0, 0]}
-    >>> skip_reason(row, 8), skip_reason({**row, "completion_mask": [0, 1]}, 8), skip_reason({**row, "completion_mask": None}, 1)
-    ('no_choice', None, 'too_long_prompt')
+    >>> skip_reason(row, 8), skip_reason({**row, "completion_mask": [0, 1]}, 8)
+    ('no_choice', None)
+    >>> skip_reason({**row, "completion_mask": None}, max_prompt_tokens=1)
+    'too_long_prompt'
     """
     if row["error"]:
         return "forfeit"
