@@ -387,6 +387,15 @@ class HFPolicy:
             vote_distribution=distribution,
         )
 
+    # ----------------------------------------------- rollout policy (spy_env.policy.RolloutPolicy)
+    def restart_sampling(self, seed: int | None) -> None:
+        """Sample as a fresh run seeded by ``seed``: generation call k of the run draws with ``seed + k``."""
+        self.sampling = SamplingParams(**{**self.sampling.to_dict(), "seed": seed})
+        self._calls = 0
+
+    def sync(self) -> None:
+        """Nothing to push: this policy generates with the trained model itself."""
+
 
 @register_backend(
     "hf",

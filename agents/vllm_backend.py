@@ -190,6 +190,19 @@ class VLLMPolicy:
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
         return [_reply(output.outputs[0]) for output in outputs]
 
+    # ----------------------------------------------- rollout policy (spy_env.policy.RolloutPolicy)
+    def restart_sampling(self, seed: int | None) -> None:
+        """Sample as a fresh run seeded by ``seed``: request k of the run is seeded with ``seed + k``."""
+        self.sampling = SamplingParams(**{**self.sampling.to_dict(), "seed": seed})
+        self._calls = 0
+
+    def sync(self) -> None:
+        """An offline engine loads its weights from ``model`` once and cannot follow a trainer's."""
+        raise NotImplementedError(
+            "the offline vllm backend cannot follow a trainer's weights; train with generation='vllm-colocate' "
+            "or 'vllm-server' (trainers.vllm_engine)"
+        )
+
 
 def _reply(completion: Any) -> _Reply:
     token_ids = list(completion.token_ids)

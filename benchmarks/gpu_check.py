@@ -122,7 +122,7 @@ def fsdp_worker(spec: dict) -> dict:
     from accelerate import Accelerator
     from transformers import AutoModelForCausalLM
 
-    from trainers.grpo import sequence_logps
+    from trainers.logprobs import sequence_logps
     from trainers.loss import clipped_policy_loss
 
     accelerator = Accelerator(cpu=spec["cpu"])

@@ -69,7 +69,7 @@ def main() -> None:
     timings = {"runner": [], "raw": []}
     tokens = {}
     for rep in range(args.reps):
-        policy._calls = 0
+        policy.restart_sampling(args.seed)
         start = time.perf_counter()
         buffer = Runner(config).run([policy] * args.players, args.games, seed=args.seed)
         timings["runner"].append(time.perf_counter() - start)

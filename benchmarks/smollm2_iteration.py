@@ -49,7 +49,7 @@ def raw_generate(model, prompts, new_tokens: int, batch_size: int, pad_id: int) 
 
 def main(argv: list[str] | None = None) -> int:
     from trainers import SpyRLConfig, SpyRLTrainer
-    from trainers.grpo import sequence_logps
+    from trainers.logprobs import sequence_logps
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--documents", type=int, default=4, help="documents per iteration")

@@ -32,34 +32,25 @@ from pathlib import Path
 from typing import Any
 
 from agents.hf import HFPolicy
-from agents.sampling import SamplingParams
 from spy_env.config import GameConfig
 from spy_env.heldout import METRICS, evaluate_heldout, paired_difference, summarize
 from spy_env.io import save_figure, write_text
 from trainers import SpyRLConfig, SpyRLTrainer
-from trainers.grpo import _seat_policy, decoding_options
+from trainers.policies import learner_policy, seat_policy
 
 ROWS = {"selfplay": {"performer": "self"}, "heuristic": {"performer": "heuristic"}}
 
 
 def greedy_policy(trainer: SpyRLTrainer) -> HFPolicy:
     """The trainer's current model, decoding greedily with the training decoding options."""
-    c = trainer.config
-    return HFPolicy(
-        trainer.unwrapped,
-        trainer.tokenizer,
-        sampling=SamplingParams(temperature=0.0, max_new_tokens=c.max_completion_tokens),
-        name="policy",
-        batch_size=c.generation_batch_size,
-        **decoding_options(c),
-    )
+    return learner_policy(trainer.config, trainer.unwrapped, trainer.tokenizer, greedy=True)
 
 
 def evaluate(trainer: SpyRLTrainer, games: int, seed: int, config: GameConfig | None = None) -> list[dict]:
     """Per-game metrics of the trainer's current model on the fixed held-out games."""
     trainer.model.eval()
     config = config or trainer.game_config
-    seat = _seat_policy(trainer.config, greedy_policy(trainer))
+    seat = seat_policy(trainer.config, greedy_policy(trainer))
     _, per_game = evaluate_heldout([seat] * config.n_players, config, trainer.eval_documents, games, seed=seed)
     return per_game
 

@@ -3,6 +3,8 @@
 A policy maps a *batch* of observations to a batch of actions, so that one call can serve
 many seats of many games (one batched LLM generation per stage). An action is either a plain
 string or an :class:`Action` record carrying what a trainer needs (token ids, logprobs).
+A :class:`RolloutPolicy` is a policy a trainer plays its rollouts with: it can restart its
+sampling for each iteration and follow the trainer's weights.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Action", "Observation", "Policy", "chat_messages"]
+__all__ = ["Action", "Observation", "Policy", "RolloutPolicy", "chat_messages"]
 
 Observation = Mapping[str, Any]
 
@@ -64,6 +66,21 @@ class Policy(Protocol):
 
     def act(self, observations: Sequence[Observation]) -> Sequence[Action | str]:
         """Return one action per observation, in order."""
+        ...
+
+
+@runtime_checkable
+class RolloutPolicy(Policy, Protocol):
+    """A policy a trainer generates its rollouts with (its own model, or an engine kept in step with it)."""
+
+    def restart_sampling(self, seed: int | None) -> None:
+        """Sample from now on as a fresh run seeded by ``seed`` (a trainer calls it before each iteration's
+        rollouts, so an iteration's samples depend on its seed alone, not on earlier iterations' calls)."""
+        ...
+
+    def sync(self) -> None:
+        """Make generation use the trainer's current weights (after an update, or after a resume loaded
+        a checkpoint); a no-op for a policy that generates with the trained model itself."""
         ...
 
 

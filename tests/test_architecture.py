@@ -24,7 +24,9 @@ FORBIDDEN = {
     "trainers": {"spyrl"},
     "spyrl": set(),
 }
-CODE = [p for folder in (*PACKAGES, "benchmarks", "experiments", "examples") for p in sorted((ROOT / folder).rglob("*.py"))]
+CODE = [
+    p for folder in (*PACKAGES, "benchmarks", "experiments", "examples") for p in sorted((ROOT / folder).rglob("*.py"))
+]
 
 
 def imported_packages(path: Path) -> set[str]:
@@ -61,7 +63,9 @@ def test_functions_and_trainer_modules_stay_short():
 
 
 def test_no_bare_stage_numbers_and_no_policy_probes():
-    stage_literal = re.compile(r"""stage["']?\]?\)?\s*(==|!=)\s*[01]\b|\["stage"\]\s*(==|!=)\s*["'](vote|perform|detect)""")
+    stage_literal = re.compile(
+        r"""stage["']?\]?\)?\s*(==|!=)\s*[01]\b|\["stage"\]\s*(==|!=)\s*["'](vote|perform|detect)"""
+    )
     probe = re.compile(r"hasattr\((self\.)?(policy|engine|learner|performer|voter)\b")
     found = [
         f"{path.relative_to(ROOT)}:{i}: {line.strip()}"

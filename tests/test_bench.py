@@ -14,7 +14,7 @@ import agents
 from spy_env.corpus import CorpusFilter, is_heldout, load_corpus, split_documents
 from spyrl.evaluation import results_table
 from spyrl.evaluation.bench import KINDS, build_set, load_set, run_bench, set_path
-from trainers.config import PRESETS, SpyRLConfig
+from trainers import PRESETS, SpyRLConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -280,7 +280,7 @@ def test_gpu_check_says_it_needs_cuda_and_exits_2(monkeypatch, capsys):
 
 
 def test_paper_preset_plays_each_training_document_once_per_epoch():
-    from trainers.grpo import epoch_documents
+    from trainers.documents import epoch_documents
 
     paper = SpyRLConfig.preset(PAPER)
     assert paper.document_order == "epoch"

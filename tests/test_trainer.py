@@ -127,7 +127,8 @@ def test_it_learns_to_detect_the_spy(tmp_path):
 def test_a_performing_iteration_moves_performances_toward_higher_reward(tmp_path):
     """Tiny self-play performers, heuristic voters: one performing-stage update must make the
     iteration's higher-advantage performances likelier and lower-advantage ones less likely."""
-    from trainers.grpo import SpyRLTrainer, sequence_logps
+    from trainers.grpo import SpyRLTrainer
+    from trainers.logprobs import sequence_logps
 
     config = toy_detection_config(
         tmp_path / "run", performer="self", voter="heuristic", stage_schedule="perform", eval_games=0,

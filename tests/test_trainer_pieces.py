@@ -259,7 +259,7 @@ def test_config_validation_and_presets():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_selective_logps_equal_a_full_log_softmax(dtype):
-    from trainers.grpo import selective_logps
+    from trainers.logprobs import selective_logps
 
     g = torch.Generator().manual_seed(0)
     logits = (torch.randn(3, 5, 50, generator=g) * 4).to(dtype).requires_grad_(True)

@@ -1,5 +1,11 @@
 """trainers: SpyRL's GRPO over episode buffers (DESIGN §6).
 
+One job per module: ``grpo`` (the trainer and its loop), ``samples`` (which rows train and their
+advantages), ``algorithm`` (Eq. 5, RAE, the stage controller), ``update`` (micro-batches and the
+update's pieces), ``loss`` (Eq. 7), ``logprobs``, ``policies`` (who plays the rollouts), ``models``
+(what trains, the reference), ``documents``, ``seeds``, ``metrics``, ``processes`` (several
+processes), ``checkpoint``, ``config`` / ``validation`` / ``presets``, ``vllm_engine``, ``sinks``.
+
 >>> from trainers import SpyRLConfig
 >>> SpyRLConfig.preset("qwen3-4b-paper").beta
 0.001
@@ -7,7 +13,8 @@
 
 from __future__ import annotations
 
-from trainers.config import PRESETS, SpyRLConfig
+from trainers.config import SpyRLConfig
+from trainers.presets import PRESETS
 
 __all__ = ["PRESETS", "SpyRLConfig", "SpyRLTrainer"]
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from spy_env.stage import Stage
+
 __all__ = [
     "RAEBaselines",
     "StageController",
@@ -27,8 +29,9 @@ __all__ = [
     "group_scaled",
 ]
 
-DETECT = "detect"
-PERFORM = "perform"
+# the controller speaks the config's schedule names (configs, metrics and checkpoints store them)
+DETECT = Stage.VOTE.schedule_name
+PERFORM = Stage.PERFORM.schedule_name
 
 
 def group_normalized_advantages(
@@ -218,6 +221,16 @@ class StageController:
         if not self.stage:
             self.stage = self.start if self.schedule in ("adaptive", "alternate") else self.schedule
 
+    @classmethod
+    def from_config(cls, config: Any) -> StageController:
+        """The controller a :class:`~trainers.SpyRLConfig` asks for (its ``stage_*`` and threshold fields)."""
+        return cls(**{name: getattr(config, source) for name, source in _CONFIG_FIELDS.items()})
+
+    @property
+    def training_stage(self) -> Stage:
+        """The game stage whose samples train now (:attr:`Stage.VOTE` in the detection stage)."""
+        return Stage.of(self.stage)
+
     def update(self, acc: float, na: float) -> str:
         """Record this iteration's detection accuracy and N/A rate; return the next stage."""
         self.iteration += 1
@@ -246,3 +259,16 @@ class StageController:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         for key, value in state.items():
             setattr(self, key, list(value) if key == "switches" else value)
+
+
+# StageController field <- SpyRLConfig field
+_CONFIG_FIELDS = {
+    "schedule": "stage_schedule",
+    "start": "start_stage",
+    "acc_high": "acc_high",
+    "na_low": "na_low",
+    "err_high": "err_high",
+    "na_high": "na_high",
+    "k_min": "k_min",
+    "ema": "stage_ema",
+}

@@ -12,6 +12,9 @@ A checkpoint folder ``checkpoints/iter_K`` holds
   "Safety": accelerate stores optimizer and RNG states with ``torch.save``);
 - ``manifest.json``: the sha256 of every other file, written last.
 
+:func:`save_trainer` writes a trainer's checkpoint (staged in a temporary folder, renamed into
+place) and :func:`load_trainer` restores one.
+
 Nothing here is loaded with pickle. Resuming checks the manifest (a missing, extra or changed file
 is an error naming it) and that every floating tensor is finite *before* anything is loaded, so a
 corrupted checkpoint never resumes silently and never gets written over the run.
@@ -21,16 +24,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
 import random
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from spy_env.io import pid_alive
+from spy_env.io import pid_alive, write_text
+
+if TYPE_CHECKING:
+    from trainers.grpo import SpyRLTrainer
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "MANIFEST_FILE",
@@ -39,6 +49,7 @@ __all__ = [
     "CheckpointError",
     "check_finite_files",
     "first_non_finite",
+    "load_trainer",
     "open_checkpoint",
     "optimizer_from_flat",
     "optimizer_to_flat",
@@ -47,6 +58,7 @@ __all__ = [
     "resolve_checkpoint",
     "restore_rng",
     "rng_snapshot",
+    "save_trainer",
     "verify_manifest",
     "write_manifest",
     "write_state",
@@ -268,3 +280,108 @@ def read_state(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{folder / STATE_FILE} is not a spyrl checkpoint state (format {FORMAT})")
     return state, tensors
+
+
+# ------------------------------------------------------------------------ a trainer's checkpoint
+def save_trainer(trainer: SpyRLTrainer) -> Path:
+    """Write ``trainer``'s checkpoint to ``checkpoints/iter_K`` atomically; every process calls it."""
+    root = trainer.output_dir / "checkpoints"
+    target = root / f"iter_{trainer.iteration:05d}"
+    main = trainer.accelerator.is_main_process
+    # one staging folder for every process (they all write into it), renamed into place at the end
+    tmp = root / f".tmp_iter_{trainer.iteration:05d}{'' if trainer.distributed else f'_{os.getpid()}'}"
+    _refuse_non_finite(trainer)
+    if main:
+        remove_stale_staging(root)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    state_dict = None
+    if trainer.distributed:
+        trainer.accelerator.wait_for_everyone()
+        # Collective. Model and optimizer as accelerate saves them for DDP, FSDP (shards) or
+        # DeepSpeed (engine checkpoint), plus every process's RNG states; and the full weights
+        # gathered once more for a plain Hugging Face folder.
+        trainer.accelerator.save_state(str(tmp / "accelerate"))
+        state_dict = trainer.accelerator.get_state_dict(trainer.model)
+        trainer.accelerator.wait_for_everyone()
+        if not main:  # the main process writes the rest; the others wait
+            trainer.accelerator.wait_for_everyone()
+            return target
+    trainer.unwrapped.save_pretrained(tmp / "model", state_dict=state_dict)
+    trainer.tokenizer.save_pretrained(tmp / "model")
+    write_state(tmp, *_trainer_state(trainer))
+    write_manifest(tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)
+    write_text(root / "latest", target.name)
+    if trainer.distributed:
+        trainer.accelerator.wait_for_everyone()
+    return target
+
+
+def _refuse_non_finite(trainer: SpyRLTrainer) -> None:
+    """Never write NaN weights over the run; every process decides together (each may hold only a
+    shard), so none waits for the others forever."""
+    bad = first_non_finite(trainer.unwrapped)
+    if trainer.distributed and trainer.all_reduce([float(bad is not None)])[0] and bad is None:
+        bad = "a parameter of another process"
+    if bad is not None:
+        raise CheckpointError(f"parameter {bad} is not finite; checkpoint iter_{trainer.iteration:05d} not written")
+
+
+def _trainer_state(trainer: SpyRLTrainer) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """The JSON state and tensors of ``trainer`` (the optimizer's only in one process: accelerate saves it else)."""
+    rng, tensors = rng_snapshot()
+    optimizer = None
+    if not trainer.distributed:
+        optimizer, optimizer_tensors = optimizer_to_flat(trainer.optimizer.state_dict())
+        tensors.update(optimizer_tensors)
+    state = {
+        "format": FORMAT,
+        "iteration": trainer.iteration,
+        "distributed": trainer.distributed,
+        "optimizer": optimizer,
+        "scheduler": trainer.scheduler.state_dict(),
+        "controller": trainer.controller.state_dict(),
+        "rae": trainer.rae.state_dict(),
+        "rng": rng,
+        "config": trainer.config.to_dict(),
+        "metrics_rows": trainer.sinks.rows_written,
+    }
+    return state, tensors
+
+
+def load_trainer(trainer: SpyRLTrainer, checkpoint: Path) -> None:
+    """Restore ``trainer`` from a checkpoint folder that :func:`open_checkpoint` verified."""
+    state, tensors = read_state(checkpoint)
+    _load_weights(trainer, checkpoint, state)
+    if not trainer.distributed:
+        trainer.optimizer.load_state_dict(optimizer_from_flat(state["optimizer"], tensors, trainer.optimizer))
+        restore_rng(state["rng"], tensors)
+    trainer.scheduler.load_state_dict(state["scheduler"])
+    trainer.controller.load_state_dict(state["controller"])
+    trainer.rae.load_state_dict(state["rae"])
+    trainer.iteration = int(state["iteration"])
+    trainer.sinks.truncate(int(state["metrics_rows"]))
+    logger.info("resumed from %s at iteration %d", checkpoint, trainer.iteration)
+
+
+def _load_weights(trainer: SpyRLTrainer, checkpoint: Path, state: Mapping[str, Any]) -> None:
+    if trainer.distributed:
+        if not state["distributed"]:
+            raise CheckpointError(f"{checkpoint} was written by a single process; resume it with one process")
+        trainer.accelerator.load_state(str(checkpoint / "accelerate"))  # model, optimizer, per-process RNG
+    elif state["distributed"]:
+        raise CheckpointError(f"{checkpoint} was written by several processes; resume it under the same launcher")
+    elif trainer.config.lora_r:
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        set_peft_model_state_dict(trainer.unwrapped, load_file(str(checkpoint / "model" / "adapter_model.safetensors")))
+    else:
+        from transformers import AutoModelForCausalLM
+
+        loaded = AutoModelForCausalLM.from_pretrained(
+            checkpoint / "model", dtype=next(trainer.model.parameters()).dtype
+        )
+        trainer.unwrapped.load_state_dict(loaded.state_dict())

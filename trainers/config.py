@@ -1,6 +1,6 @@
 """``SpyRLConfig``: every knob of SpyRL's GRPO trainer, with the paper's recipe as defaults.
 
-Presets (``SpyRLConfig.preset(name, **overrides)``):
+Presets (``SpyRLConfig.preset(name, **overrides)``, values in :mod:`trainers.presets`):
 
 - ``qwen3-4b-paper``: the reported recipe (GPU) read through verl (docs/FIDELITY.md):
   Qwen3-4B-Instruct-2507, lr 1e-6, 128 documents × 8 games per iteration, mini-batch 128
@@ -21,22 +21,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from spy_env.config import check_types, coerce_floats
+from spy_env.config import coerce_floats
+from trainers.presets import PRESETS
+from trainers.validation import KL_ESTIMATORS, LOSS_TYPES, SCHEDULES, validate
 
-__all__ = ["PRESETS", "SpyRLConfig"]
-
-LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo")
-LEVELS = ("token", "sequence", "action")
-SCHEDULES = ("adaptive", "alternate", "detect", "perform")
-GENERATION = ("hf", "vllm-colocate", "vllm-server")
-KL_ESTIMATORS = ("k3", "low_var_kl")
+__all__ = ["SpyRLConfig"]
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -196,116 +190,7 @@ class SpyRLConfig:
     progress: bool = _f(True, "Rich progress display.")
 
     def __post_init__(self) -> None:
-        def bad(name: str, allowed: str) -> ValueError:
-            return ValueError(f"SpyRLConfig.{name} must be {allowed}, got {getattr(self, name)!r}")
-
-        check_types(self)  # types first: nothing below (or after) sees a str where an int belongs
-
-        positive_ints = (
-            "documents_per_iteration", "games_per_document", "iterations", "mini_batch_size", "micro_batch_size",
-            "epochs", "max_prompt_tokens", "max_completion_tokens", "generation_batch_size", "k_min",
-            "checkpoint_every", "eval_every", "think_tokens", "answer_tokens",
-        )  # fmt: skip
-        for name in positive_ints:
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise bad(name, "an integer >= 1")
-        for name in ("learning_rate", "epsilon", "temperature"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                raise bad(name, "a finite number > 0")
-        for name in ("beta", "weight_decay", "max_grad_norm", "advantage_eps"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise bad(name, "a finite number >= 0")
-        if self.epsilon_high is not None and not (
-            isinstance(self.epsilon_high, (int, float)) and self.epsilon_high > 0
-        ):
-            raise bad("epsilon_high", "None or a number > 0")
-        for name in (
-            "top_p",
-            "rae_alpha",
-            "stage_ema",
-            "acc_high",
-            "na_low",
-            "err_high",
-            "na_high",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0 <= value <= 1:
-                raise bad(name, "a number in [0, 1]")
-        if self.rae_alpha >= 1:
-            raise bad("rae_alpha", "in [0, 1)")
-        choices = {
-            "loss_type": LOSS_TYPES,
-            "perform_ratio_level": LEVELS,
-            "detect_ratio_level": LEVELS,
-            "detect_advantage_groups": ("game", "prompt"),
-            "mini_batch_unit": ("samples", "documents"),
-            "document_order": ("random", "epoch"),
-            "kl_estimator": KL_ESTIMATORS,
-            "penalty_advantage": ("own", "shared"),
-            "rae_init": ("first_batch", "zero"),
-            "stage_schedule": SCHEDULES,
-            "start_stage": ("detect", "perform"),
-            "generation": GENERATION,
-            "dtype": ("auto", "float32", "bfloat16", "float16"),
-            "vote_mode": ("free", "constrained", "think-then-vote"),
-            "answer": ("free", "boxed"),
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise bad(name, f"one of {allowed}")
-        if self.mini_batch_unit == "samples" and self.mini_batch_size % self.micro_batch_size:
-            raise bad("mini_batch_size", f"a multiple of micro_batch_size ({self.micro_batch_size})")
-        if self.detect_advantage_groups == "prompt" and (not self.replay_setup or self.games_per_document < 2):
-            # without replayed setups every vote prompt is unique: one-member groups, every advantage 0
-            raise bad("detect_advantage_groups", "'game' unless replay_setup is on and games_per_document >= 2")
-        if self.lora_r < 0:
-            raise bad("lora_r", "an integer >= 0")
-        if not isinstance(self.train_top_layers, int) or self.train_top_layers < 0:
-            raise bad("train_top_layers", "an integer >= 0")
-        if not isinstance(self.heldout_fraction, (int, float)) or not 0 <= self.heldout_fraction < 1:
-            raise bad("heldout_fraction", "a number in [0, 1)")
-        if not isinstance(self.updates_per_iteration, int) or self.updates_per_iteration < 0:
-            raise bad("updates_per_iteration", "an integer >= 0")
-        sinks = {"jsonl", "console", "wandb", "trackio", "tensorboard"}
-        if not isinstance(self.report_to, list) or not set(self.report_to) <= sinks:
-            raise bad("report_to", f"a list drawn from {sorted(sinks)}")
-        for name in ("performer", "voter"):
-            if getattr(self, name) != "self":
-                from agents import load
-
-                try:
-                    load(getattr(self, name))
-                except ValueError as e:
-                    raise bad(name, f"'self' or an agent spec ({e})") from e
-        if self.eval_games < 0:
-            raise bad("eval_games", "an integer >= 0")
-        if not 0 < self.vllm_gpu_memory_utilization <= 1:
-            raise bad("vllm_gpu_memory_utilization", "in (0, 1]")
-        if not isinstance(self.vllm_tensor_parallel_size, int) or self.vllm_tensor_parallel_size < 1:
-            raise bad("vllm_tensor_parallel_size", "an integer >= 1")
-        if not isinstance(self.vllm_group_port, int) or not 0 < self.vllm_group_port < 65536:
-            raise bad("vllm_group_port", "a port number in [1, 65535]")
-        if self.vllm_max_model_length is not None and (
-            not isinstance(self.vllm_max_model_length, int) or self.vllm_max_model_length < 2
-        ):
-            raise bad("vllm_max_model_length", "None or an integer >= 2")
-        if not self.vllm_server_timeout > 0:
-            raise bad("vllm_server_timeout", "a number of seconds > 0")
-        try:
-            url = urlsplit(self.vllm_server_url)
-            url.port  # noqa: B018 - parses the port, raising ValueError when it is not a number
-        except ValueError as e:
-            raise bad("vllm_server_url", f"an http(s):// URL ({e})") from e
-        if url.scheme not in ("http", "https") or not url.hostname:
-            raise bad("vllm_server_url", "an http(s):// URL with a host")
-        from spy_env.config import GameConfig
-
-        if not isinstance(self.game, Mapping):
-            raise bad("game", "a mapping of GameConfig fields")
-        GameConfig.from_dict(dict(self.game))  # raises ValueError naming a bad game field
+        validate(self)  # raises ValueError naming the first bad field (trainers.validation)
 
     # ------------------------------------------------------------- helpers
     @property
@@ -333,10 +218,9 @@ class SpyRLConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> SpyRLConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = set(values) - known
-        if unknown:
-            raise ValueError(f"SpyRLConfig: unknown fields {sorted(unknown)}")
+        """Build from a mapping of field values; unknown keys are refused by name."""
+        if unknown := sorted(set(values) - {f.name for f in fields(cls)}):
+            raise ValueError(f"SpyRLConfig: unknown fields {unknown}")
         return cls(**coerce_floats(cls, values))
 
     @classmethod
@@ -388,114 +272,3 @@ class SpyRLConfig:
             else:
                 values[key] = value
         return SpyRLConfig.from_dict(values)
-
-
-PRESETS: dict[str, dict[str, Any]] = {
-    "qwen3-4b-paper": {
-        "model": "Qwen/Qwen3-4B-Instruct-2507",
-        "dtype": "bfloat16",
-        "gradient_checkpointing": True,
-        "generation": "vllm-colocate",
-        "vllm_enable_sleep_mode": True,
-        "documents_per_iteration": 128,
-        "games_per_document": 8,
-        "document_order": "epoch",  # a data loader's epoch: 12,800 training documents, each played once
-        # verl's ppo_mini_batch_size counts prompts (documents): 128 of 128 = one on-policy update per iteration
-        "mini_batch_size": 128,
-        "mini_batch_unit": "documents",
-        "micro_batch_size": 4,
-        "learning_rate": 1e-6,
-        "epsilon": 0.2,
-        "beta": 0.001,
-        "loss_type": "dapo",  # verl's token-mean: token sum / tokens of the whole mini-batch
-        "kl_estimator": "low_var_kl",  # verl's: k3 clamped to ±10, not ratio-weighted
-        "train_spy_vote": True,  # Eq. 4/5/8 run over all n voters, v ∈ {1..n}
-        "spy_vote_in_group": True,
-        "rae_init": "first_batch",
-        "penalty_advantage": "own",
-        "stage_ema": 0.5,  # 4k votes per iteration are already a precise estimate; 0.9 delayed switches ~18 its
-        "heldout_fraction": 0.2,
-        "iterations": 100,
-        "max_prompt_tokens": 12288,
-        "max_completion_tokens": 4096,
-        "game": {
-            "n_players": 5,
-            "rounds": 1,
-            "allow_self_vote": True,
-            "mask_placeholder": "",  # silent removal: no visible marker telling the spy (and detectors) who it is
-            "corpus": "nemotron:4plus",  # streamed, gated: HF_TOKEN
-            "max_documents": 16000,  # 80% train = 12,800 = 100 iterations × 128 documents
-        },
-        "report_to": ["jsonl", "console"],
-    },
-    "smollm2-cpu": {
-        "model": "smollm2",
-        "dtype": "float32",
-        "device": "cpu",
-        "documents_per_iteration": 1,
-        "games_per_document": 2,
-        "mini_batch_size": 10,
-        "micro_batch_size": 5,
-        "learning_rate": 1e-5,
-        "beta": 0.001,
-        "iterations": 2,
-        "max_prompt_tokens": 4096,
-        "max_completion_tokens": 48,
-        "generation_batch_size": 20,
-        "stage_schedule": "alternate",
-        "k_min": 1,
-        "checkpoint_every": 1,
-        "game": {"n_players": 5, "max_document_chars": 1500},
-        "output_dir": "runs/smollm2-cpu",
-    },
-    # SmolLM2 learning to detect the spy on CPU within the hour (experiments/smollm2_selfplay.py): an eased
-    # game (3 players, the spy gets no text, 600-character documents), votes constrained to a seat
-    # with only the seat token scored, one on-policy full-model update per iteration (DESIGN §11's pilot).
-    "smollm2-selfplay": {
-        "model": "smollm2",
-        "dtype": "float32",
-        "device": "cpu",
-        "documents_per_iteration": 8,
-        "games_per_document": 4,
-        "updates_per_iteration": 1,
-        "micro_batch_size": 8,
-        "learning_rate": 5e-6,
-        "beta": 0.0,
-        "iterations": 3,
-        "max_prompt_tokens": 2048,
-        "max_completion_tokens": 40,
-        "temperature": 1.0,
-        "generation_batch_size": 48,
-        "vote_mode": "constrained",
-        "answer": "boxed",
-        "answer_tokens": 6,
-        "stage_schedule": "detect",
-        # pinned: the values the committed experiment ran with before these defaults existed
-        "rae_init": "zero",
-        "penalty_advantage": "shared",
-        "checkpoint_every": 3,
-        "game": {"n_players": 3, "degrade": "blank", "max_document_chars": 600},
-        "output_dir": "runs/smollm2-selfplay",
-    },
-    "cpu-smoke": {
-        "model": "tiny",
-        "dtype": "float32",
-        "device": "cpu",
-        "documents_per_iteration": 4,
-        "games_per_document": 4,
-        "mini_batch_size": 16,
-        "micro_batch_size": 8,
-        "learning_rate": 1e-3,
-        "beta": 0.01,
-        "iterations": 4,
-        "max_prompt_tokens": 4096,
-        "max_completion_tokens": 16,
-        "generation_batch_size": 48,
-        "vote_mode": "constrained",
-        "stage_schedule": "alternate",
-        "k_min": 2,
-        "checkpoint_every": 2,
-        "game": {"n_players": 3, "max_document_chars": 800},
-        "output_dir": "runs/cpu-smoke",
-    },
-}

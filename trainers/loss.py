@@ -64,16 +64,7 @@ def clipped_policy_loss(
     """
     mask = mask.to(logps.dtype)
     advantages = advantages.to(logps.dtype).unsqueeze(1)  # (B, 1)
-    log_ratio = logps - old_logps  # (B, T)
-    if level == "token":
-        log_weights = log_ratio  # (B, T)
-    elif level == "sequence":
-        log_weights = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)  # (B, 1)
-    elif level == "action":
-        log_weights = (log_ratio * mask).sum(-1).unsqueeze(-1)  # (B, 1)
-    else:
-        raise ValueError(f"unknown ratio level {level!r}; expected token, sequence or action")
-    ratio = torch.exp(log_weights)
+    ratio = torch.exp(importance_log_weights(logps - old_logps, mask, level))  # (B, T) or (B, 1)
     clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
     per_token_loss = -torch.min(ratio * advantages, clipped * advantages)  # (B, T) or (B, 1)
 
@@ -81,43 +72,66 @@ def clipped_policy_loss(
     if beta != 0.0:
         if ref_logps is None:
             raise ValueError("beta > 0 needs ref_logps")
-        delta = ref_logps - logps
-        if kl_estimator == "k3":
-            per_token_kl = torch.exp(delta) - delta - 1  # (B, T), k3
-            if kl_bias_correction:
-                per_token_kl = per_token_kl * ratio
-        elif kl_estimator == "low_var_kl":  # verl's kl_penalty(..., "low_var_kl")
-            delta = delta.clamp(-20.0, 20.0)
-            per_token_kl = (torch.exp(delta) - delta - 1).clamp(-10.0, 10.0)  # (B, T)
-        else:
-            raise ValueError(f"unknown kl_estimator {kl_estimator!r}; expected k3 or low_var_kl")
+        per_token_kl = kl_penalty(ref_logps - logps, ratio, kl_estimator, kl_bias_correction)  # (B, T)
         per_token_loss = per_token_loss + beta * per_token_kl
         kl_value = ((per_token_kl * mask).sum() / mask.sum().clamp(min=1.0)).item()
 
     masked = per_token_loss * mask  # broadcasts (B, 1) over T
-    if loss_type == "grpo":
-        loss = (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
-        policy_loss, loss = loss.detach(), loss / accumulation_steps
-    elif loss_type == "bnpo":
-        loss = masked.sum() / mask.sum().clamp(min=1.0)
-        policy_loss, loss = loss.detach(), loss / accumulation_steps
-    elif loss_type == "dr_grpo":
-        length = max_completion_length or logps.shape[1]
-        loss = masked.sum() / (logps.shape[0] * length)
-        policy_loss, loss = loss.detach(), loss / accumulation_steps
-    elif loss_type == "dapo":
+    if loss_type == "dapo":  # one denominator for the whole mini-batch: no accumulation division
         total = mask.sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch, dtype=logps.dtype)
         loss = masked.sum() / total.clamp(min=1.0)
         policy_loss = loss.detach()
     else:
-        raise ValueError(f"unknown loss_type {loss_type!r}; expected grpo, bnpo, dr_grpo or dapo")
+        length = max_completion_length or logps.shape[1]
+        loss = aggregate(masked, mask, loss_type, logps.shape[0] * length)
+        policy_loss, loss = loss.detach(), loss / accumulation_steps
+    clip_fraction, ratio_mean = clip_stats(ratio, advantages, mask, epsilon_low, epsilon_high)
+    return LossOutput(loss, float(policy_loss), kl_value, clip_fraction, ratio_mean)
 
+
+def importance_log_weights(log_ratio: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
+    """``log w`` from the per-token ``log_ratio`` (B, T): per token (B, T), or one per sequence (B, 1),
+    the masked mean (``sequence``) or the masked sum (``action``) of the token log-ratios."""
+    if level == "token":
+        return log_ratio  # (B, T)
+    if level == "sequence":
+        return ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)  # (B, 1)
+    if level == "action":
+        return (log_ratio * mask).sum(-1).unsqueeze(-1)  # (B, 1)
+    raise ValueError(f"unknown ratio level {level!r}; expected token, sequence or action")
+
+
+def kl_penalty(delta: torch.Tensor, ratio: torch.Tensor, estimator: str, bias_correction: bool) -> torch.Tensor:
+    """Per-token KL to the reference from ``delta = ref − logp`` (B, T): k3, or verl's ``low_var_kl``."""
+    if estimator == "k3":
+        per_token_kl = torch.exp(delta) - delta - 1  # (B, T), k3
+        return per_token_kl * ratio if bias_correction else per_token_kl
+    if estimator == "low_var_kl":  # verl's kl_penalty(..., "low_var_kl")
+        delta = delta.clamp(-20.0, 20.0)
+        return (torch.exp(delta) - delta - 1).clamp(-10.0, 10.0)  # (B, T)
+    raise ValueError(f"unknown kl_estimator {estimator!r}; expected k3 or low_var_kl")
+
+
+def aggregate(masked: torch.Tensor, mask: torch.Tensor, loss_type: str, dr_grpo_denominator: int) -> torch.Tensor:
+    """A micro-batch's loss from its masked per-token losses (B, T), as TRL's ``grpo``, ``bnpo`` and
+    ``dr_grpo`` aggregate it (``dapo`` needs the mini-batch's token count: see the caller)."""
+    if loss_type == "grpo":
+        return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    if loss_type == "bnpo":
+        return masked.sum() / mask.sum().clamp(min=1.0)
+    if loss_type == "dr_grpo":
+        return masked.sum() / dr_grpo_denominator
+    raise ValueError(f"unknown loss_type {loss_type!r}; expected grpo, bnpo, dr_grpo or dapo")
+
+
+def clip_stats(
+    ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, epsilon_low: float, epsilon_high: float
+) -> tuple[float, float]:
+    """``(clip_fraction, ratio_mean)`` over masked tokens, or over sequences for one ratio per sequence."""
     with torch.no_grad():
         is_clipped = ((ratio < 1 - epsilon_low) & (advantages < 0)) | ((ratio > 1 + epsilon_high) & (advantages > 0))
         if is_clipped.shape[1] == 1:
-            clip_fraction = is_clipped.float().mean().item()
-            ratio_mean = ratio.mean().item()
-        else:
-            clip_fraction = ((is_clipped.float() * mask).sum() / mask.sum().clamp(min=1.0)).item()
-            ratio_mean = ((ratio * mask).sum() / mask.sum().clamp(min=1.0)).item()
-    return LossOutput(loss, float(policy_loss), kl_value, clip_fraction, ratio_mean)
+            return is_clipped.float().mean().item(), ratio.mean().item()
+        clip_fraction = ((is_clipped.float() * mask).sum() / mask.sum().clamp(min=1.0)).item()
+        ratio_mean = ((ratio * mask).sum() / mask.sum().clamp(min=1.0)).item()
+    return clip_fraction, ratio_mean

@@ -94,14 +94,6 @@ class VLLMRolloutPolicy:
         self.name = name
         self.stats = {"calls": 0, "too_long": 0}
 
-    @property
-    def sampling(self):
-        return self.encoder.sampling
-
-    @sampling.setter
-    def sampling(self, value) -> None:
-        self.encoder.sampling = value
-
     def act(self, observations: Sequence[Observation]) -> list[Action]:
         prompts = [self.encoder.encode(obs) for obs in observations]
         # vLLM rejects a whole batch if one prompt leaves no room in its context window; such a
@@ -139,6 +131,11 @@ class VLLMRolloutPolicy:
     def regex(self, observations: Sequence[Observation]) -> str | None:
         """The structured-output pattern of a batch under this policy's vote mode (None: free)."""
         return self.decoding.vote_pattern(observations)
+
+    # ----------------------------------------------- rollout policy (spy_env.policy.RolloutPolicy)
+    def restart_sampling(self, seed: int | None) -> None:
+        """Record ``seed`` as the run's sampling seed (on the encoder; TRL's engine seeds its own sampling)."""
+        self.encoder.restart_sampling(seed)
 
     def sync(self) -> None:
         """Push the current training weights to the engine (a collective: every process calls it)."""

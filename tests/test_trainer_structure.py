@@ -1,0 +1,95 @@
+"""The trainer's contracts with the rest of the project: rollout policies, stages, seeds, validation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spy_env.policy import RolloutPolicy
+from spy_env.stage import Stage
+from trainers.algorithm import StageController
+from trainers.config import SpyRLConfig
+from trainers.seeds import SeedStream, seed_for
+
+
+class Learner:
+    name = "learner"
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+        self.restarts: list[int | None] = []
+        self.syncs = 0
+
+    def act(self, observations):
+        self.seen += [o["seat"] for o in observations]
+        return [f"learner {o['seat']}" for o in observations]
+
+    def restart_sampling(self, seed):
+        self.restarts.append(seed)
+
+    def sync(self):
+        self.syncs += 1
+
+
+class Fixed:
+    name = "fixed"
+
+    def act(self, observations):
+        return ["fixed"] * len(observations)
+
+
+def test_stage_policy_routes_by_stage_and_restarts_and_syncs_only_the_learner():
+    pytest.importorskip("torch")  # trainers.policies imports the hf backend
+    from trainers.policies import StagePolicy, seat_policy
+
+    learner = Learner()
+    assert isinstance(learner, RolloutPolicy)
+    policy = StagePolicy(learner, performer=Fixed())
+    observations = [{"seat": seat, "stage": stage.index} for seat, stage in enumerate([Stage.VOTE, Stage.PERFORM] * 2)]
+    assert policy.act(observations) == ["learner 0", "fixed", "learner 2", "fixed"]
+    assert learner.seen == [0, 2]
+    policy.restart_sampling(7)
+    policy.sync()
+    assert learner.restarts == [7] and learner.syncs == 1
+    assert isinstance(policy, RolloutPolicy)
+    assert seat_policy(SpyRLConfig(), learner) is learner
+    assert isinstance(seat_policy(SpyRLConfig(voter="heuristic"), learner), StagePolicy)
+
+
+def test_seed_streams_keep_their_numbers():
+    """The named streams draw exactly what ``(seed, iteration, 0/1/2/3[, rank])`` drew before they had names."""
+    for stream, number in (
+        (SeedStream.GAMES, 0),
+        (SeedStream.SAMPLING, 1),
+        (SeedStream.SHUFFLE, 2),
+        (SeedStream.EPOCH, 3),
+    ):
+        for rank in (0, 2):
+            entropy = [5, 4, number] + ([rank] if rank else [])
+            assert seed_for(5, 4, stream, rank) == int(np.random.SeedSequence(entropy).generate_state(1)[0])
+
+
+def test_the_controller_speaks_schedule_names_and_knows_its_stage():
+    config = SpyRLConfig(stage_schedule="alternate", start_stage="perform", k_min=1, stage_ema=0.5)
+    controller = StageController.from_config(config)
+    assert (controller.schedule, controller.start, controller.k_min, controller.ema) == ("alternate", "perform", 1, 0.5)
+    assert controller.training_stage is Stage.PERFORM
+    assert controller.update(0.5, 0.0) == "detect" and controller.training_stage is Stage.VOTE
+    assert controller.state_dict()["stage"] == "detect"  # checkpoints keep the schedule name
+
+
+def test_validating_a_config_builds_no_agent(monkeypatch):
+    import agents
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("validation must not build agents")
+
+    monkeypatch.setattr(agents, "load", refuse)
+    SpyRLConfig(performer="hf:Qwen/Qwen3-4B-Instruct-2507", voter="openai:gpt@http://localhost:1/v1")
+    for spec, needle in (
+        ("gpt", "unknown agent spec"),
+        ("random:x", "integer seed"),
+        ("hf:./no/such/dir", "does not exist"),
+    ):
+        with pytest.raises(ValueError, match=rf"SpyRLConfig\.performer must be 'self' or an agent spec \(.*{needle}"):
+            SpyRLConfig(performer=spec)

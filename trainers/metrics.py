@@ -1,0 +1,73 @@
+"""An iteration's metrics, named by family as CleanRL does: ``env/``, ``samples/``, ``advantages/``,
+``losses/``, ``charts/``, ``lengths/``, ``time/``, ``perf/`` (and ``dist/``, ``eval/``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from spy_env.stage import Stage
+
+__all__ = ["iteration_metrics", "length_metrics"]
+
+
+def iteration_metrics(
+    *,
+    iteration: int,
+    stage: Stage,
+    next_stage: str,
+    game: Mapping[str, float],
+    samples: Mapping[str, float],
+    update: Mapping[str, float],
+    charts: Mapping[str, float],
+    buffer: Sequence[dict],
+    rollout_seconds: float,
+    update_seconds: float,
+) -> dict[str, Any]:
+    """One iteration's metrics row (``stage`` and ``next_stage`` by their schedule names: detect, perform).
+
+    ``iteration`` is also the policy version that the next rollouts use.
+    """
+    generated = sum(len(r["completion_token_ids"]) for r in buffer)
+    return {
+        "iteration": iteration,
+        "stage": stage.schedule_name,
+        "next_stage": next_stage,
+        "policy_version": iteration,
+        **{f"env/{k}": v for k, v in game.items()},
+        **samples,
+        **update,
+        **charts,
+        **length_metrics(buffer),
+        "time/rollout_seconds": rollout_seconds,
+        "time/update_seconds": update_seconds,
+        "perf/rollout_tokens_per_s": generated / max(rollout_seconds, 1e-9),
+        "perf/update_tokens_per_s": update["perf/update_tokens"] / max(update_seconds, 1e-9),
+    }
+
+
+def length_metrics(rows: Sequence[dict]) -> dict[str, float]:
+    """Mean prompt, completion and *scored* completion tokens per stage, over LLM rows only.
+
+    Scripted agents' rows (no token ids) are left out, so a stage played by a heuristic does not
+    pull the means toward 0; scored tokens are those the model chose (forced ones excluded).
+
+    >>> row = {"stage": "vote", "prompt_token_ids": [1, 2], "completion_token_ids": [3, 4], "completion_mask": [0, 1]}
+    >>> length_metrics([row, {**row, "stage": "perform", "completion_token_ids": []}])
+    {'lengths/vote_prompt_tokens': 2.0, 'lengths/vote_completion_tokens': 2.0, 'lengths/vote_scored_tokens': 1.0}
+    """
+    out: dict[str, float] = {}
+    for stage in (Stage.PERFORM, Stage.VOTE):
+        llm = [r for r in rows if r["stage"] == stage and r["completion_token_ids"]]
+        if not llm:
+            continue
+        out[f"lengths/{stage.value}_prompt_tokens"] = float(np.mean([len(r["prompt_token_ids"]) for r in llm]))
+        out[f"lengths/{stage.value}_completion_tokens"] = float(np.mean([len(r["completion_token_ids"]) for r in llm]))
+        out[f"lengths/{stage.value}_scored_tokens"] = float(
+            np.mean(
+                [sum(r["completion_mask"]) if r["completion_mask"] else len(r["completion_token_ids"]) for r in llm]
+            )
+        )
+    return out

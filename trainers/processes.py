@@ -1,0 +1,75 @@
+"""One training process or several under ``accelerate launch``: the collectives and checks the trainer needs.
+
+Every function is the identity (or a no-op) in a single process, so the plain loop stays plain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from trainers.config import SpyRLConfig
+
+__all__ = ["DDP_TYPES", "all_reduce", "check_sharding", "mean_over_processes", "process_metrics", "sharding"]
+
+DDP_TYPES = ("MULTI_GPU", "MULTI_CPU", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU", "MULTI_HPU")  # no_sync is safe there
+
+
+def all_reduce(accelerator: Any, values: Sequence[float], op: str = "sum") -> list[float]:
+    """Sum (or mean) ``values`` over processes; identity in a single process."""
+    if accelerator.num_processes == 1:
+        return list(values)
+    tensor = torch.tensor(list(values), dtype=torch.float64, device=accelerator.device)
+    return accelerator.reduce(tensor, reduction=op).tolist()
+
+
+def mean_over_processes(accelerator: Any, game: Mapping[str, float]) -> dict[str, float]:
+    """An iteration's game metrics over every process's games, so every process decides the next stage
+    from the same numbers (rates averaged, ``games`` added up)."""
+    if accelerator.num_processes == 1:
+        return dict(game)
+    keys = sorted(game)
+    out = dict(zip(keys, all_reduce(accelerator, [game[k] for k in keys], op="mean"), strict=True))
+    out["games"] *= accelerator.num_processes
+    return out
+
+
+def sharding(accelerator: Any) -> str | None:
+    """``"fsdp"`` or ``"zero3"`` when no process holds whole weights, else None."""
+    state = accelerator.state
+    if getattr(state, "fsdp_plugin", None) is not None:
+        return "fsdp"
+    ds = getattr(state, "deepspeed_plugin", None)
+    return "zero3" if ds is not None and ds.zero_stage == 3 else None
+
+
+def check_sharding(config: SpyRLConfig, sharded: str | None) -> None:
+    """Under FSDP or ZeRO-3 no process holds whole weights, so hf generation cannot run there."""
+    if sharded is None:
+        return
+    if config.generation == "hf":
+        raise ValueError(
+            "SpyRLConfig.generation must be 'vllm-colocate' or 'vllm-server' under FSDP or DeepSpeed ZeRO-3 "
+            "(the weights are sharded; TRL's VLLMGeneration gathers them for the engine), got 'hf'"
+        )
+    if config.eval_games:
+        raise ValueError(
+            "SpyRLConfig.eval_games must be 0 under FSDP or DeepSpeed ZeRO-3 (held-out games generate with "
+            "the hf backend on one process); evaluate a checkpoint with `spyrl eval --game` instead"
+        )
+
+
+def process_metrics(accelerator: Any, unwrapped: Any) -> dict[str, float]:
+    """``dist/*`` metrics: the number of processes and, under DDP, how far the replicas' weights drifted
+    apart (they must stay identical: a cheap fingerprint, gathered)."""
+    out: dict[str, float] = {}
+    if accelerator.num_processes > 1:
+        out["dist/num_processes"] = accelerator.num_processes
+    if accelerator.distributed_type in DDP_TYPES:
+        with torch.no_grad():
+            fingerprint = sum(p.double().sum() for p in unwrapped.parameters())
+        spread = accelerator.gather(fingerprint.reshape(1).to(accelerator.device))
+        out["dist/param_sync_error"] = float(spread.max() - spread.min())
+    return out

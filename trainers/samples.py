@@ -1,0 +1,189 @@
+"""Which rows of an iteration's episode buffer train, and their advantages: pure, rows in, numbers out.
+
+Only the current stage trains: performances in the performing stage, votes in the detection stage
+(the spy's vote only with ``train_spy_vote``; with ``spy_vote_in_group`` it still joins its game's
+Eq. 5 group untrained). Votes: Eq. 5 over ``r^D`` within each group (a game's voters, or one seat's
+vote across a replay group). Performances: RAE, ``r^P − b_role``, optionally scaled by the replay
+group's std. Penalties are added to the offender's advantage afterwards (``penalty_advantage="own"``)
+or folded into the reward first (``"shared"``). The trainer (``SpyRLTrainer.select_samples``) strings
+these together and adds what needs several processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from spy_env.stage import Stage
+from trainers.algorithm import RAEBaselines, group_normalized_advantages, group_scaled
+
+__all__ = [
+    "ROLES",
+    "SKIP_REASONS",
+    "advantage_groups",
+    "role_means",
+    "role_reward_sums",
+    "sample_stats",
+    "skip_reason",
+    "stage_advantages",
+    "stage_rewards",
+    "stage_rows",
+]
+
+SKIP_REASONS = ("too_long_prompt", "empty", "forfeit", "no_choice")
+ROLES = ("civilian", "spy")
+
+
+def skip_reason(row: Mapping[str, Any], max_prompt_tokens: int) -> str | None:
+    """Why a row of the training stage cannot train (one of :data:`SKIP_REASONS`), or None.
+
+    >>> row = {"error": None, "prompt_token_ids": [1, 2], "completion_token_ids": [7, 8], "completion_mask": [0, 0]}
+    >>> skip_reason(row, 8), skip_reason({**row, "completion_mask": [0, 1]}, 8)
+    ('no_choice', None)
+    >>> skip_reason({**row, "completion_mask": None}, max_prompt_tokens=1)
+    'too_long_prompt'
+    """
+    if row["error"]:
+        return "forfeit"
+    if not row["completion_token_ids"]:
+        return "empty"
+    if row["completion_mask"] and not any(row["completion_mask"]):  # every token was forced
+        return "no_choice"
+    if len(row["prompt_token_ids"]) > max_prompt_tokens:
+        return "too_long_prompt"
+    return None
+
+
+def stage_rows(
+    buffer: Iterable[dict], stage: Stage, *, max_prompt_tokens: int, spy_vote_in_group: bool
+) -> tuple[list[dict], dict[str, int]]:
+    """The rows of ``stage`` that enter its advantages, and how many were skipped for each reason.
+
+    A row enters when it trains; the spy's untrained vote also enters with ``spy_vote_in_group``
+    (it joins its game's normalisation group, then is dropped before the update).
+
+    >>> base = {"error": None, "prompt_token_ids": [1], "completion_token_ids": [7], "completion_mask": None}
+    >>> buffer = [{**base, "stage": "vote", "trainable": False, "role": "spy"},
+    ...           {**base, "stage": "vote", "trainable": True, "role": "civilian", "error": "timeout"},
+    ...           {**base, "stage": "perform", "trainable": True, "role": "civilian"}]
+    >>> rows, skipped = stage_rows(buffer, Stage.VOTE, max_prompt_tokens=8, spy_vote_in_group=True)
+    >>> [r["role"] for r in rows], skipped["forfeit"]
+    (['spy'], 1)
+    """
+    rows, skipped = [], dict.fromkeys(SKIP_REASONS, 0)
+    for row in buffer:
+        if row["stage"] != stage:
+            continue
+        if not row["trainable"] and not (stage is Stage.VOTE and spy_vote_in_group and row["role"] == "spy"):
+            continue
+        reason = skip_reason(row, max_prompt_tokens)
+        if reason is None:
+            rows.append(row)
+        else:
+            skipped[reason] += 1
+    return rows, skipped
+
+
+def stage_rewards(rows: Sequence[Mapping[str, Any]], stage: Stage, config: Any) -> tuple[list[float], list[float]]:
+    """``(rewards, penalties)`` of each row under a :class:`~trainers.SpyRLConfig`.
+
+    ``penalty_advantage="own"``: the stage's weighted reward component, and the weighted penalty
+    to add to the advantage later. ``"shared"``: the total reward (penalties inside), no penalty.
+
+    >>> from trainers.config import SpyRLConfig
+    >>> rows = [{"reward_detect": 1.0, "reward_penalty": -0.5, "reward": 0.5}]
+    >>> stage_rewards(rows, Stage.VOTE, SpyRLConfig(penalty_advantage="own"))
+    ([1.0], [-0.5])
+    >>> stage_rewards(rows, Stage.VOTE, SpyRLConfig(penalty_advantage="shared"))
+    ([0.5], [0.0])
+    """
+    if config.penalty_advantage != "own":
+        return [r["reward"] for r in rows], [0.0] * len(rows)
+    game = config.game_config()
+    weight, component = (
+        (game.weight_detect, "reward_detect") if stage is Stage.VOTE else (game.weight_perform, "reward_perform")
+    )
+    return [weight * r[component] for r in rows], [game.weight_penalty * r["reward_penalty"] for r in rows]
+
+
+def advantage_groups(rows: Sequence[Mapping[str, Any]], by: str) -> list[Hashable]:
+    """Each row's normalisation group: ``"game"``, its game's round (the voters of Eq. 5); ``"prompt"``,
+    its seat and round across the replayed games of its group (same document, spy and masks).
+
+    >>> rows = [{"game_id": 4, "group_id": 1, "seat": 2, "round": 0}]
+    >>> advantage_groups(rows, "game"), advantage_groups(rows, "prompt")
+    ([(4, 0)], [(1, 2, 0)])
+    """
+    if by == "game":
+        return [(r["game_id"], r["round"]) for r in rows]
+    return [(r["group_id"], r["seat"], r["round"]) for r in rows]
+
+
+def stage_advantages(
+    rows: Sequence[Mapping[str, Any]],
+    rewards: Sequence[float],
+    stage: Stage,
+    config: Any,
+    rae: RAEBaselines,
+    role_means: Mapping[str, float] | None = None,
+) -> np.ndarray:
+    """Advantages before penalties: Eq. 5 for votes; RAE (updating ``rae``), optionally group-scaled,
+    for performances (``role_means``: every process's ``r̄_role``, when several share a batch).
+
+    >>> from trainers.config import SpyRLConfig
+    >>> rows = [{"game_id": 0, "round": 0, "role": "civilian"}] * 2
+    >>> stage_advantages(rows, [1.0, 0.0], Stage.VOTE, SpyRLConfig(), RAEBaselines()).round(3).tolist()
+    [1.0, -1.0]
+    """
+    eps = config.advantage_eps
+    if stage is Stage.VOTE:
+        return group_normalized_advantages(rewards, advantage_groups(rows, config.detect_advantage_groups), eps=eps)
+    roles = [r["role"] for r in rows]
+    if config.rae:
+        advantages = rae.advantages(rewards, roles, role_means=role_means)
+    else:
+        advantages = np.asarray(rewards, dtype=np.float64)
+    if config.perform_group_norm:
+        groups = advantage_groups(rows, "prompt")
+        if config.rae:  # the baseline centres, the group scales (re-centring would cancel b_role)
+            advantages = group_scaled(advantages, rewards, groups, eps=eps)
+        else:
+            advantages = group_normalized_advantages(rewards, groups, eps=eps)
+    return advantages
+
+
+def role_reward_sums(rewards: Sequence[float], roles: Sequence[str]) -> list[float]:
+    """``[Σ r_civilian, Σ r_spy, n_civilian, n_spy]``: what processes add up for global role means.
+
+    >>> role_reward_sums([1.0, -2.0, 3.0], ["civilian", "spy", "civilian"])
+    [4.0, -2.0, 2, 1]
+    """
+    totals = [sum(r for r, k in zip(rewards, roles, strict=True) if k == role) for role in ROLES]
+    return totals + [roles.count(role) for role in ROLES]
+
+
+def role_means(sums: Sequence[float]) -> dict[str, float]:
+    """``r̄_role`` from :func:`role_reward_sums` (summed over processes), for the roles present.
+
+    >>> role_means([4.0, 0.0, 2, 0])
+    {'civilian': 2.0}
+    """
+    return {role: sums[i] / sums[i + 2] for i, role in enumerate(ROLES) if sums[i + 2]}
+
+
+def sample_stats(rows: Sequence[Mapping[str, Any]], skipped: Mapping[str, int]) -> dict[str, float]:
+    """``samples/*`` and ``advantages/*`` metrics of the rows that train.
+
+    >>> sample_stats([{"advantage": 1.0}, {"advantage": -1.0}], {"empty": 2})
+    {'samples/skipped_empty': 2, 'samples/count': 2, 'advantages/mean': 0.0, 'advantages/std': 1.0}
+    """
+    stats: dict[str, float] = {f"samples/skipped_{k}": v for k, v in skipped.items()}
+    if not rows:
+        return stats
+    trained = np.array([r["advantage"] for r in rows])
+    stats["samples/count"] = len(rows)
+    stats["advantages/mean"] = float(np.mean(trained))
+    stats["advantages/std"] = float(np.std(trained))
+    return stats

@@ -1,0 +1,166 @@
+"""The pieces of one GRPO update: samples as tensors, micro-batches, their loss, and the statistics.
+
+An update (``SpyRLTrainer.update``) computes behaviour and reference log-probs once (no grad), then
+walks ``epochs`` shuffled orders of the samples in mini-batches (one optimizer step each), each split
+into micro-batches whose gradients accumulate. The first mini-batch of the first epoch trains before
+any step, so its behaviour log-probs are the current ones (detached) and need no extra forward pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from trainers.config import SpyRLConfig
+from trainers.logprobs import pad_to, sequence_logps
+from trainers.loss import clipped_policy_loss
+
+__all__ = ["MicroBatch", "TrainingSamples", "UpdateTotals", "micro_step", "mini_batch_size"]
+
+LogpsFn = Callable[[list[list[int]], list[list[int]]], torch.Tensor]  # (prompts, completions) -> (B, T)
+
+
+def mini_batch_size(config: SpyRLConfig, samples: int) -> int:
+    """Samples per optimizer step when an iteration trains on ``samples`` rows.
+
+    ``updates_per_iteration`` k > 0: ``ceil(samples / k)``. ``mini_batch_unit="documents"`` (verl's
+    prompt-counted ``ppo_mini_batch_size``): ``ceil(documents_per_iteration / mini_batch_size)``
+    updates, so 128 documents of 128 make one. Else ``mini_batch_size`` samples.
+
+    >>> mini_batch_size(SpyRLConfig(mini_batch_unit="documents"), 5120), mini_batch_size(SpyRLConfig(), 5120)
+    (5120, 128)
+    """
+    updates = config.updates_per_iteration
+    if not updates and config.mini_batch_unit == "documents":
+        updates = -(-config.documents_per_iteration // config.mini_batch_size)
+    if updates:
+        return max(1, -(-samples // updates))
+    return config.mini_batch_size
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """What one forward and backward pass trains on, and how its loss is scaled."""
+
+    prompts: list[list[int]]
+    completions: list[list[int]]
+    scored: list[torch.Tensor]  # (T_i,) 1 for tokens the model chose, 0 for forced ones
+    old_logps: list[torch.Tensor | None]  # (T_i,) behaviour log-probs; None: on-policy, the current ones
+    ref_logps: list[torch.Tensor] | None  # (T_i,) reference log-probs (beta > 0)
+    advantages: list[float]
+    level: str  # importance ratio: token, sequence or action
+    items: float  # scored tokens of the whole mini-batch (dapo's denominator)
+    accumulation: int  # micro-batches in the mini-batch
+
+
+@dataclass
+class TrainingSamples:
+    """The training samples of one update: token ids, scored-token masks and fixed log-probs."""
+
+    rows: list[dict]
+    prompts: list[list[int]]
+    completions: list[list[int]]
+    scored: list[torch.Tensor]  # (T_i,) 1 for tokens the model chose, 0 for forced ones
+    old: dict[int, torch.Tensor] = field(default_factory=dict)  # behaviour log-probs, off-policy rows
+    ref: dict[int, torch.Tensor] = field(default_factory=dict)  # reference log-probs (beta > 0)
+
+    @classmethod
+    def from_rows(cls, rows: list[dict], max_tokens: int) -> TrainingSamples:
+        completions = [list(r["completion_token_ids"])[:max_tokens] for r in rows]
+        scored = []
+        for row, completion in zip(rows, completions, strict=True):
+            mask = list(row.get("completion_mask") or [])[: len(completion)]
+            scored.append(torch.tensor(mask if len(mask) == len(completion) else [1] * len(completion)))
+        return cls(rows, [list(r["prompt_token_ids"]) for r in rows], completions, scored)
+
+    def logps_by_row(self, logps_of: LogpsFn, indices: Sequence[int], chunk: int) -> dict[int, torch.Tensor]:
+        """``logps_of`` over the samples ``indices``, ``chunk`` at a time, as one (T_i,) row per sample."""
+        out = {}
+        for start in range(0, len(indices), chunk):
+            part = indices[start : start + chunk]
+            logps = logps_of([self.prompts[i] for i in part], [self.completions[i] for i in part])
+            out.update({i: logps[k, : len(self.completions[i])] for k, i in enumerate(part)})
+        return out
+
+    def micro_batch(self, indices: Sequence[int], *, level: str, items: float, accumulation: int) -> MicroBatch:
+        return MicroBatch(
+            prompts=[self.prompts[i] for i in indices],
+            completions=[self.completions[i] for i in indices],
+            scored=[self.scored[i] for i in indices],
+            old_logps=[self.old.get(i) for i in indices],
+            ref_logps=[self.ref[i] for i in indices] if self.ref else None,
+            advantages=[self.rows[i]["advantage"] for i in indices],
+            level=level,
+            items=items,
+            accumulation=accumulation,
+        )
+
+
+def micro_step(
+    model: Any, batch: MicroBatch, config: SpyRLConfig, pad_id: int, backward: Callable[[torch.Tensor], None]
+) -> dict[str, float]:
+    """Forward, Eq. 7 loss and ``backward`` of one micro-batch; returns its statistics."""
+    logps, mask, entropy = sequence_logps(
+        model, batch.prompts, batch.completions, pad_id, config.temperature, with_entropy=True
+    )  # (B, T) each
+    width = logps.shape[1]
+    mask = mask * torch.stack([pad_to(s, width) for s in batch.scored]).to(mask)  # forced tokens: 0
+    old = torch.stack(
+        [logps[k].detach() if row is None else pad_to(row, width) for k, row in enumerate(batch.old_logps)]
+    )  # (B, T)
+    ref = torch.stack([pad_to(row, width) for row in batch.ref_logps]) if config.beta else None  # (B, T)
+    advantages = torch.tensor(batch.advantages, dtype=logps.dtype)  # (B,)
+    out = clipped_policy_loss(
+        logps, old, advantages, mask,
+        ref_logps=ref, level=batch.level, loss_type=config.loss_type,
+        epsilon_low=config.epsilon, epsilon_high=config.epsilon_upper, beta=config.beta,
+        kl_bias_correction=config.kl_bias_correction, kl_estimator=config.kl_estimator,
+        max_completion_length=config.max_completion_tokens,
+        num_items_in_batch=batch.items, accumulation_steps=batch.accumulation,
+    )  # fmt: skip
+    backward(out.loss)
+    return {
+        "tokens": int(mask.sum().item()),
+        "loss": out.policy_loss,
+        "kl": out.kl,
+        "clip_fraction": out.clip_fraction,
+        "ratio": out.ratio_mean,
+        "entropy": float((entropy * mask).sum() / mask.sum().clamp(min=1)),
+    }
+
+
+@dataclass
+class UpdateTotals:
+    """Running sums of an update's micro-batch statistics, reported as ``losses/*`` means."""
+
+    sums: dict[str, float] = field(
+        default_factory=lambda: {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "ratio": 0.0, "entropy": 0.0}
+    )
+    grad_norm: float | None = None  # summed over optimizer steps that reported one
+    micro_steps: int = 0
+    optimizer_steps: int = 0
+    tokens: int = 0
+
+    def add_micro_step(self, stats: dict[str, float]) -> None:
+        self.micro_steps += 1
+        self.tokens += int(stats["tokens"])
+        for key, value in stats.items():
+            if key != "tokens":
+                self.sums[key] += value
+
+    def add_optimizer_step(self, grad_norm: Any | None) -> None:
+        """``grad_norm``: what gradient clipping reported (None: no clipping, or DeepSpeed's engine clipped)."""
+        if grad_norm is not None:
+            self.grad_norm = (self.grad_norm or 0.0) + float(grad_norm)
+        self.optimizer_steps += 1
+
+    def metrics(self) -> dict[str, float]:
+        out = {f"losses/{k}": v / max(self.micro_steps, 1) for k, v in self.sums.items()}
+        if self.grad_norm is not None:
+            out["losses/grad_norm"] = self.grad_norm / max(self.optimizer_steps, 1)
+        out["losses/optimizer_steps"] = self.optimizer_steps
+        out["perf/update_tokens"] = self.tokens
+        return out
