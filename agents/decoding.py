@@ -157,7 +157,7 @@ def vote_regex(observations: Sequence[Mapping[str, Any]], *, abstain: bool = Fal
     """
     import re
 
-    if not observations or any(obs.get("stage") != 1 for obs in observations):
+    if not observations or not all(is_vote(obs) for obs in observations):
         return None
     legal: set[int] = set()
     for obs in observations:

@@ -17,6 +17,8 @@ import warnings
 
 import numpy as np
 
+from spy_env.stage import Stage
+
 
 def pin_one_core() -> str:
     try:
@@ -51,7 +53,7 @@ def spy_games_per_second(games: int) -> tuple[float, float]:
                 env.step(None)
                 continue
             seat = obs["seat"]
-            if obs["stage"] == 0:
+            if Stage.of(obs["stage"]) is Stage.PERFORM:
                 action = PERFORMANCES[seat]
             else:
                 action = f"Player {(seat + 1) % 5 + 1} looks off. <vote>{(seat + 1) % 5 + 1}</vote>"

@@ -22,6 +22,8 @@ from pathlib import Path
 import torch
 from smollm2_iteration import raw_generate  # benchmarks/ is on sys.path when run as a script
 
+from spy_env.stage import Stage
+
 BUDGET_S = 60.0
 
 
@@ -51,16 +53,16 @@ def main(argv: list[str] | None = None) -> int:
     pad = AutoTokenizer.from_pretrained(str(path)).eos_token_id
     load = time.perf_counter() - start
     start = time.perf_counter()
-    for stage in ("perform", "vote"):
+    for stage in (Stage.PERFORM, Stage.VOTE):
         llm = [r for r in rows if r["stage"] == stage]
         longest = max(len(r["completion_token_ids"]) for r in llm)
         raw_generate(model, [r["prompt_token_ids"] for r in llm], longest, 16, pad)
     generate = time.perf_counter() - start
 
     play = min(plays)
-    votes = [r for r in rows if r["stage"] == "vote"]
+    votes = [r for r in rows if r["stage"] == Stage.VOTE]
     valid = sum(not r["violations"] and r["vote"] >= 0 for r in votes)
-    answered = sum("no_answer" not in r["violations"] for r in rows if r["stage"] == "perform")
+    answered = sum("no_answer" not in r["violations"] for r in rows if r["stage"] == Stage.PERFORM)
     print(f"spyrl play (warm cache, best of {args.reps}): {play:.1f} s   budget {BUDGET_S:.0f} s")
     print(f"raw generate of the same game: {generate:.1f} s (+ model load {load:.1f} s)")
     print(f"ratio play / (load + raw generate): {play / (load + generate):.2f}")

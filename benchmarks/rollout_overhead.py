@@ -21,6 +21,7 @@ import agents
 from agents import SamplingParams
 from spy_env import GameConfig
 from spy_env.runner import Runner
+from spy_env.stage import Stage
 
 
 def raw_generate(policy, prompts: list[list[int]], call_index: int) -> int:
@@ -74,7 +75,9 @@ def main() -> None:
         buffer = Runner(config).run([policy] * args.players, args.games, seed=args.seed)
         timings["runner"].append(time.perf_counter() - start)
         tokens["runner"] = sum(len(r["completion_token_ids"]) for r in buffer)
-        stages = [[r["prompt_token_ids"] for r in buffer if r["stage"] == stage] for stage in ("perform", "vote")]
+        stages = [
+            [r["prompt_token_ids"] for r in buffer if r["stage"] == stage] for stage in (Stage.PERFORM, Stage.VOTE)
+        ]
         start = time.perf_counter()
         tokens["raw"] = sum(raw_generate(policy, prompts, call) for call, prompts in enumerate(stages))
         timings["raw"].append(time.perf_counter() - start)

@@ -4,7 +4,7 @@ python examples/custom_policy.py
 """
 
 import agents
-from spy_env import GameConfig
+from spy_env import GameConfig, Stage
 from spy_env.metrics import game_metrics
 from spy_env.runner import Runner
 
@@ -17,7 +17,7 @@ class AlwaysVoteForPlayerOne:
     def act(self, observations):
         replies = []
         for obs in observations:
-            if obs["stage"] == 0:
+            if Stage.of(obs["stage"]) is Stage.PERFORM:
                 replies.append("Problem: what is 0 + 0? Solution: $\\boxed{0}$")
             else:
                 target = 1 if obs["seat"] != 0 else 2

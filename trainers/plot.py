@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from spy_env.io import save_figure
+from spy_env.stage import Stage
 from trainers.sinks import read_metrics
 
 __all__ = ["plot_run"]
@@ -35,7 +36,7 @@ def plot_run(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -
     fig, axes = plt.subplots(2, 3, figsize=(15, 7.5))
     for ax, (title, keys) in zip(axes.flat, PANELS, strict=True):
         for step, row in zip(steps, rows, strict=True):
-            if row.get("stage") == "perform":
+            if row.get("stage") == Stage.PERFORM.schedule_name:
                 ax.axvspan(step - 0.5, step + 0.5, color="tab:orange", alpha=0.08, lw=0)
         for key in keys:
             points = [(s, r[key]) for s, r in zip(steps, rows, strict=True) if isinstance(r.get(key), (int, float))]
