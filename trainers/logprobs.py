@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from agents.tensors import left_pad, right_pad
+
 __all__ = ["pad_to", "selective_logps", "sequence_logps"]
 
 
@@ -25,15 +27,11 @@ def sequence_logps(
     entropy)`` of shape (B, T).
     """
     device = next(model.parameters()).device
-    width = max(len(p) for p in prompts)
-    length = max(len(c) for c in completions)
-    batch = len(prompts)
-    input_ids = torch.full((batch, width + length), pad_id, dtype=torch.long)
-    attention = torch.zeros((batch, width + length), dtype=torch.long)
-    for row, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
-        input_ids[row, width - len(prompt) : width] = torch.tensor(prompt, dtype=torch.long)
-        input_ids[row, width : width + len(completion)] = torch.tensor(completion, dtype=torch.long)
-        attention[row, width - len(prompt) : width + len(completion)] = 1
+    prompt_ids, prompt_mask = left_pad(prompts, pad_id)  # (B, W)
+    completion_ids, completion_mask = right_pad(completions, pad_id)  # (B, T)
+    width, length = prompt_ids.shape[1], completion_ids.shape[1]
+    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    attention = torch.cat([prompt_mask, completion_mask], dim=1)
     position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
     input_ids, attention, position_ids = (
         input_ids.to(device),
