@@ -397,6 +397,15 @@ class HFPolicy:
         """Nothing to push: this policy generates with the trained model itself."""
 
 
+def _missing_folder(argument: str) -> str | None:
+    """A path that looks local must be a folder (anything else is a hub id, resolved on load)."""
+    from pathlib import Path
+
+    if argument.startswith(("/", "./", "../", "~")) and not Path(argument).expanduser().is_dir():
+        return f"agent spec {'hf:' + argument!r}: model folder {argument!r} does not exist"
+    return None
+
+
 @register_backend(
     "hf",
     spec="hf:PATH_OR_ID",
@@ -405,11 +414,8 @@ class HFPolicy:
     accepts=some_argument,
     llm=True,
     decoding=True,
+    check=_missing_folder,
 )
 def load_hf(argument: str, *, sampling: SamplingParams, **kwargs: Any) -> HFPolicy:
-    """``hf:PATH_OR_ID``: :meth:`HFPolicy.from_pretrained` (a path that looks local must exist)."""
-    from pathlib import Path
-
-    if argument.startswith(("/", "./", "../", "~")) and not Path(argument).expanduser().is_dir():
-        raise ValueError(f"agent spec {'hf:' + argument!r}: model folder {argument!r} does not exist")
+    """``hf:PATH_OR_ID``: :meth:`HFPolicy.from_pretrained` (checked by :func:`_missing_folder`)."""
     return HFPolicy.from_pretrained(argument, sampling=sampling, **kwargs)

@@ -38,6 +38,7 @@ __all__ = [
     "register_backend",
     "some_argument",
     "spec_forms",
+    "spec_problem",
 ]
 
 BackendFactory = Callable[..., Policy]
@@ -66,6 +67,8 @@ class Backend:
     ``--top-p``, ``--max-new-tokens``). ``decoding``: it also runs :mod:`agents.decoding`'s vote
     and answer options and batches locally (the CLI's ``--vote-mode``, ``--think-tokens``,
     ``--abstain``, ``--answer``, ``--batch-size``). ``loading_note`` is shown while it loads.
+    ``check(argument)`` says what is wrong with an argument the form accepts, without building
+    anything (a seed that is not a number, a local model folder that does not exist), or None.
     """
 
     name: str
@@ -76,6 +79,7 @@ class Backend:
     llm: bool = False
     decoding: bool = False
     loading_note: str = ""
+    check: Callable[[str], str | None] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or ":" in self.name or not self.name.isprintable():
@@ -98,6 +102,7 @@ def register_backend(
     llm: bool = False,
     decoding: bool = False,
     loading_note: str = "",
+    check: Callable[[str], str | None] | None = None,
 ) -> Callable[[BackendFactory], BackendFactory]:
     """Decorator that makes a factory loadable as ``agents.load("NAME[:ARGUMENT]")``.
 
@@ -108,7 +113,7 @@ def register_backend(
     def wrap(factory: BackendFactory) -> BackendFactory:
         if name in BACKENDS:
             raise ValueError(f"a backend named {name!r} is already registered")
-        BACKENDS[name] = Backend(name, spec or name, help, factory, accepts, llm, decoding, loading_note)
+        BACKENDS[name] = Backend(name, spec or name, help, factory, accepts, llm, decoding, loading_note, check)
         return factory
 
     return wrap
@@ -132,18 +137,33 @@ def backends_table() -> str:
     return "\n".join(lines)
 
 
+def spec_problem(spec: Any) -> str | None:
+    """What :func:`load` would refuse in ``spec``, found without building anything, or None.
+
+    >>> spec_problem("heuristic"), spec_problem("random:3"), spec_problem("hf:Qwen/Qwen3-4B")
+    (None, None, None)
+    >>> spec_problem("random:x")
+    "agent spec 'random:x': the part after ':' must be an integer seed"
+    """
+    if not isinstance(spec, str) or not spec:
+        return f"agent spec must be a non-empty string, got {spec!r}"
+    backend = backend_of(spec)
+    argument = spec.partition(":")[2]
+    if backend is None or not backend.accepts(argument):
+        return f"unknown agent spec {spec!r}; known forms: {spec_forms()}"
+    return backend.check(argument) if backend.check is not None else None
+
+
 def load(spec: str, *, seed: int | None = None, sampling: SamplingParams | None = None, **kwargs: Any) -> Policy:
     """Build a policy from a spec string (see :data:`BACKENDS` and ``agents``' docstring).
 
     ``seed`` seeds scripted agents and, for LLMs, the sampling (unless ``sampling`` has one);
     other keyword arguments go to the backend's factory.
     """
-    if not isinstance(spec, str) or not spec:
-        raise ValueError(f"agent spec must be a non-empty string, got {spec!r}")
-    backend = backend_of(spec)
-    argument = spec.partition(":")[2]
-    if backend is None or not backend.accepts(argument):
-        raise ValueError(f"unknown agent spec {spec!r}; known forms: {spec_forms()}")
+    problem = spec_problem(spec)
+    if problem is not None:
+        raise ValueError(problem)
+    backend, argument = backend_of(spec), spec.partition(":")[2]
     if not backend.llm:
         return backend.factory(argument, seed=seed, **kwargs)
     sampling = sampling or SamplingParams()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -174,16 +174,21 @@ def _scripted(name: str, agent: type[RandomAgent] | type[HeuristicAgent]):
     """The factory of a scripted backend: ``NAME`` or ``NAME:SEED`` (the seed in the spec wins)."""
 
     def factory(argument: str, *, seed: int | None = None, **kwargs):
-        if argument:
-            try:
-                seed = int(argument)
-            except ValueError as e:
-                raise ValueError(
-                    f"agent spec {name + ':' + argument!r}: the part after ':' must be an integer seed"
-                ) from e
+        seed = int(argument) if argument else seed  # checked by _seed_problem before
         return agent(seed=0 if seed is None else seed, **kwargs)
 
     return factory
+
+
+def _seed_problem(name: str) -> Callable[[str], str | None]:
+    def check(argument: str) -> str | None:
+        try:
+            int(argument or 0)
+        except ValueError:
+            return f"agent spec {name + ':' + argument!r}: the part after ':' must be an integer seed"
+        return None
+
+    return check
 
 
 register_backend(
@@ -191,10 +196,12 @@ register_backend(
     help="scripted baseline: a random sum as its performance, a uniform vote among the legal seats "
     "(`random:SEED` sets the seed)",
     accepts=any_argument,
+    check=_seed_problem("random"),
 )(_scripted("random", RandomAgent))
 register_backend(
     "heuristic",
     help="scripted baseline: performs from its copy's first numbers, votes for the performance least "
     "consistent with its copy, abstains when none stands out (`heuristic:SEED` sets the seed)",
     accepts=any_argument,
+    check=_seed_problem("heuristic"),
 )(_scripted("heuristic", HeuristicAgent))

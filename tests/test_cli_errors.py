@@ -333,3 +333,10 @@ def test_fuzzed_commands_exit_0_or_2_and_write_only_their_outputs(data):
         assert not outside, (argv, outside)  # nothing beside the output paths (cwd included)
         if inputs:  # the command's input files are read, never changed
             assert {p: p.stat().st_mtime_ns for p in (root / "in").rglob("*")} == inputs, argv
+
+
+def test_a_tournament_of_zero_games_is_a_one_line_error(tmp_path, capsys):
+    """Found by the fuzz test above: ``--games 0`` divided by zero in the ratings."""
+    code = run_main(["tournament", "--games", "0", "--agents", "heuristic,random", "--out", str(tmp_path / "t")])
+    assert code == 2
+    assert "at least 1 game" in capsys.readouterr().err

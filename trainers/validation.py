@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from agents.registry import spec_problem
 from spy_env.config import GameConfig, check_types
 
-__all__ = ["GENERATION", "KL_ESTIMATORS", "LEVELS", "LOSS_TYPES", "SCHEDULES", "agent_spec_problem", "validate"]
+__all__ = ["GENERATION", "KL_ESTIMATORS", "LEVELS", "LOSS_TYPES", "SCHEDULES", "validate"]
 
 LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo")
 LEVELS = ("token", "sequence", "action")
@@ -119,44 +119,11 @@ def _counts(config: Any) -> None:
 def _seats(config: Any) -> None:
     for name in ("performer", "voter"):
         spec = getattr(config, name)
-        problem = None if spec == "self" else agent_spec_problem(spec)
+        problem = None if spec == "self" else spec_problem(spec)
         if problem is not None:
             raise _bad(config, name, f"'self' or an agent spec ({problem})")
     if config.eval_games < 0:
         raise _bad(config, "eval_games", "an integer >= 0")
-
-
-def agent_spec_problem(spec: Any) -> str | None:
-    """What :func:`agents.load` would refuse in ``spec`` before building anything, or None.
-
-    The spec's form only (as ``agents.load`` parses it): a model that does not exist on the hub
-    still fails when the trainer builds its agents, not here.
-
-    >>> agent_spec_problem("heuristic"), agent_spec_problem("random:3"), agent_spec_problem("hf:Qwen/Qwen3-4B")
-    (None, None, None)
-    >>> agent_spec_problem("random:x")
-    "agent spec 'random:x': the part after ':' must be an integer seed"
-    """
-    from agents import SPECS
-
-    if not isinstance(spec, str) or not spec:
-        return f"agent spec must be a non-empty string, got {spec!r}"
-    kind, _, arg = spec.partition(":")
-    if kind in ("random", "heuristic"):
-        try:
-            int(arg or 0)
-        except ValueError:
-            return f"agent spec {spec!r}: the part after ':' must be an integer seed"
-        return None
-    if kind == "human" or (kind == "smollm2" and not arg) or (kind == "vllm" and arg):
-        return None
-    if kind == "hf" and arg:
-        if arg.startswith(("/", "./", "../", "~")) and not Path(arg).expanduser().is_dir():
-            return f"agent spec {spec!r}: model folder {arg!r} does not exist"
-        return None
-    if kind == "openai" and "@" in arg:
-        return None if arg.rpartition("@")[0] else f"agent spec {spec!r}: expected openai:MODEL@URL"
-    return f"unknown agent spec {spec!r}; known forms: {', '.join(SPECS)}"
 
 
 def _vllm(config: Any) -> None:

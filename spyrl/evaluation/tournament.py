@@ -339,6 +339,8 @@ def run_tournament(
     max_forfeit_rate: float = 0.1,
 ) -> TournamentResult:
     """Play ``num_games`` balanced mixed-table games between ``policies`` (name -> policy)."""
+    if not isinstance(num_games, int) or num_games < 1:
+        raise ValueError(f"a tournament needs at least 1 game, got {num_games!r}")
     config = config or GameConfig()
     names = list(policies)
     schedule = seat_schedule(names, config.n_players, num_games, seed)
