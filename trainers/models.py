@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from agents.hf import resolve_device, resolve_dtype
+from agents.models import resolve_model_path
 from trainers.config import SpyRLConfig
 from trainers.logprobs import sequence_logps
 
@@ -19,15 +20,7 @@ def load_policy_model(config: SpyRLConfig) -> tuple[Any, Any, str]:
     """Model, tokenizer and the path they came from (``tiny`` and ``smollm2`` are built locally)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = config.model
-    if path == "tiny":
-        from agents.tiny import build_tiny_model
-
-        path = str(build_tiny_model(Path(config.output_dir) / "tiny-model", seed=config.seed))
-    elif path == "smollm2":
-        from agents import smollm2
-
-        path = str(smollm2.converted_path())
+    path = resolve_model_path(config.model, tiny_dir=Path(config.output_dir) / "tiny-model", seed=config.seed)
     device = resolve_device(config.device)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(config.dtype, device)).to(device)
     tokenizer = AutoTokenizer.from_pretrained(path)
