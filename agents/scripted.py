@@ -191,17 +191,14 @@ def _seed_problem(name: str) -> Callable[[str], str | None]:
     return check
 
 
-register_backend(
-    "random",
-    help="scripted baseline: a random sum as its performance, a uniform vote among the legal seats "
+_SCRIPTED_HELP = {
+    "random": "scripted baseline: a random sum as its performance, a uniform vote among the legal seats "
     "(`random:SEED` sets the seed)",
-    accepts=any_argument,
-    check=_seed_problem("random"),
-)(_scripted("random", RandomAgent))
-register_backend(
-    "heuristic",
-    help="scripted baseline: performs from its copy's first numbers, votes for the performance least "
+    "heuristic": "scripted baseline: performs from its copy's first numbers, votes for the performance least "
     "consistent with its copy, abstains when none stands out (`heuristic:SEED` sets the seed)",
-    accepts=any_argument,
-    check=_seed_problem("heuristic"),
-)(_scripted("heuristic", HeuristicAgent))
+}
+for _name, _agent in (("random", RandomAgent), ("heuristic", HeuristicAgent)):
+    register_backend(_name, help=_SCRIPTED_HELP[_name], accepts=any_argument, check=_seed_problem(_name))(
+        _scripted(_name, _agent)
+    )
+del _name, _agent
