@@ -69,18 +69,20 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     # SmolLM2 learning to detect the spy on CPU within the hour (experiments/smollm2_selfplay.py): an eased
     # game (3 players, the spy gets no text, 600-character documents), votes constrained to a seat
-    # with only the seat token scored, one on-policy full-model update per iteration (DESIGN §11's pilot).
+    # with only the seat token scored. Attempt 3 of docs/experiment/TUNING.md (no held-out gain yet).
     "smollm2-selfplay": {
         "model": "smollm2",
         "dtype": "float32",
         "device": "cpu",
+        # attempt 3 (docs/experiment/TUNING.md): the last 12 blocks, lr 5e-5, 16 games and 4 updates an iteration
+        "train_top_layers": 12,
         "documents_per_iteration": 8,
-        "games_per_document": 4,
-        "updates_per_iteration": 1,
+        "games_per_document": 2,
+        "updates_per_iteration": 4,
         "micro_batch_size": 8,
-        "learning_rate": 5e-6,
+        "learning_rate": 5e-5,
         "beta": 0.0,
-        "iterations": 3,
+        "iterations": 5,
         "max_prompt_tokens": 2048,
         "max_completion_tokens": 40,
         "temperature": 1.0,
@@ -92,7 +94,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         # pinned: the values the committed experiment ran with before these defaults existed
         "rae_init": "zero",
         "penalty_advantage": "shared",
-        "checkpoint_every": 3,
+        "checkpoint_every": 5,
         "game": {"n_players": 3, "degrade": "blank", "max_document_chars": 600},
         "output_dir": "runs/smollm2-selfplay",
     },

@@ -1,0 +1,107 @@
+"""Tuning probe for the SmolLM2 experiment: choose settings without touching the held-out games.
+
+Builds the ``smollm2-selfplay`` trainer (heuristic performers) with ``--set`` overrides, takes the
+first ``--val-docs`` *training* documents out of training as a validation split, trains
+``--iterations`` iterations on the rest, and reports the validation expected accuracy (the
+probability the greedy-decoding policy puts on the spy, civilians only) with the paired bootstrap
+interval of trained − base over the same validation games. The held-out documents of
+``spy_env.corpus.split_documents`` are never played here, so settings chosen with this script are
+not tuned to the evaluation games. ``docs/experiment/TUNING.md`` logs every run.
+
+    python experiments/smollm2_tune.py --name A --iterations 3 --set train_top_layers=12 \
+        --set learning_rate=5e-5 --set games_per_document=2 --set updates_per_iteration=4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from smollm2_selfplay import greedy_policy
+
+from spy_env.heldout import evaluate_heldout, paired_difference, summarize
+from trainers import SpyRLConfig, SpyRLTrainer
+from trainers.policies import seat_policy
+
+KEYS = (
+    "iteration",
+    "env/detection_accuracy",
+    "losses/ratio",
+    "losses/clip_fraction",
+    "losses/grad_norm",
+    "losses/optimizer_steps",
+    "time/rollout_seconds",
+    "time/update_seconds",
+    "samples/count",
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--name", required=True)
+    p.add_argument("--iterations", type=int, default=3)
+    p.add_argument("--val-docs", type=int, default=12, help="training documents set aside for validation")
+    p.add_argument("--val-games", type=int, default=16)
+    p.add_argument("--val-seed", type=int, default=777)
+    p.add_argument("--eval-every", type=int, default=100)
+    p.add_argument("--base-cache", default=None, help="JSON of the base model's validation games (reused)")
+    p.add_argument("--out", default="runs/tune")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    config = SpyRLConfig.preset(
+        "smollm2-selfplay",
+        performer="heuristic",
+        output_dir=str(out / a.name),
+        progress=False,
+        iterations=a.iterations,
+        keep_buffers=False,
+        checkpoint_every=10**6,
+    ).with_overrides(a.set)
+    start = time.perf_counter()
+    trainer = SpyRLTrainer(config)
+    validation = trainer.train_documents[: a.val_docs]
+    trainer.train_documents = trainer.train_documents[a.val_docs :]
+
+    def evaluate() -> list[dict]:
+        trainer.model.eval()
+        seat = seat_policy(trainer.config, greedy_policy(trainer))
+        seats = [seat] * trainer.game_config.n_players
+        return evaluate_heldout(seats, trainer.game_config, validation, a.val_games, seed=a.val_seed)[1]
+
+    cache = Path(a.base_cache) if a.base_cache else None
+    if cache is not None and cache.exists():
+        base = json.loads(cache.read_text())
+    else:
+        base = evaluate()
+        if cache is not None:
+            cache.write_text(json.dumps(base))
+    s = summarize(base)
+    print(f"[{a.name}] base validation: expected {s['expected_accuracy']}, greedy {s['detection_accuracy']}")
+    log = []
+    for _ in range(config.iterations):
+        metrics = trainer.train_iteration()
+        record = {k: metrics.get(k) for k in KEYS}
+        if trainer.iteration % a.eval_every == 0 or trainer.iteration == config.iterations:
+            games = evaluate()
+            s = summarize(games)
+            record["val_expected"] = s["expected_accuracy"].mean
+            record["val_greedy"] = s["detection_accuracy"].mean
+            record["val_expected_diff"] = paired_difference(games, base, "expected_accuracy").to_dict()
+        record["elapsed_min"] = (time.perf_counter() - start) / 60
+        print(f"[{a.name}]", json.dumps(record), flush=True)
+        log.append(record)
+    (out / f"{a.name}.json").write_text(json.dumps({"name": a.name, "set": a.set, "log": log}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
