@@ -226,7 +226,7 @@ class VoteProgram(DecodeProgram):
 
     ``choices`` maps each vote text (``"3"``, ``"N/A"``) to its token ids; ``choice_step`` is the
     generated position at which the choice was made (None before), and ``choice_logprobs`` the
-    raw log-probabilities of each choice's first token there (set by the backend).
+    raw log-probabilities of each choice's first token there (both set by the backend).
     """
 
     def __init__(
@@ -247,6 +247,7 @@ class VoteProgram(DecodeProgram):
         self.think_tokens = think_tokens
         self.trie: _Trie | None = None
         self.choice_logprobs: dict[str, float] = {}
+        self.choice_step: int | None = None
         if think_tokens == 0:
             self.lead = []
             self._start_forcing(with_prefix=True)

@@ -132,6 +132,7 @@ class _RunPrograms:
             if isinstance(program, VoteProgram) and program.at_choice():
                 raw = torch.log_softmax(scores[row].float(), dim=-1)
                 program.choice_logprobs = {k: float(raw[t]) for k, t in program.first_tokens().items()}
+                program.choice_step = len(program.tokens)
             if only is not None:
                 keep = scores[row, only].clone()
                 scores[row] = float("-inf")
@@ -370,13 +371,15 @@ class HFPolicy:
         """One row's completion as an :class:`Action`: cut after its first EOS, with its mask and vote distribution."""
         stop = next((i for i, t in enumerate(tokens) if t in self.eos_ids), None)
         kept = tokens if stop is None else tokens[: stop + 1]
-        mask = distribution = None
+        mask = distribution = choice_step = choice_tokens = None
         if program is not None:
             for token in kept[len(program.tokens) :]:  # the last token never reached the processor
                 program.advance(token)
             mask = list(program.scored[: len(kept)])
             if isinstance(program, VoteProgram):
                 distribution = program.distribution()
+                if distribution and program.choice_step is not None and program.choice_step < len(kept):
+                    choice_step, choice_tokens = program.choice_step, program.first_tokens()
         return Action(
             text=self.tokenizer.decode(kept, skip_special_tokens=True),
             prompt_token_ids=list(prompt),
@@ -385,6 +388,8 @@ class HFPolicy:
             finish_reason="stop" if stop is not None else "length",
             completion_mask=mask,
             vote_distribution=distribution,
+            choice_step=choice_step,
+            choice_tokens=choice_tokens,
         )
 
     # ----------------------------------------------- rollout policy (spy_env.policy.RolloutPolicy)

@@ -137,7 +137,7 @@ def fsdp_worker(spec: dict) -> dict:
     tokens, start, steps = 0, time.perf_counter(), 0
     for begin in range(0, len(rows), spec["micro"]):
         micro = rows[begin : begin + spec["micro"]]
-        logps, mask, _ = sequence_logps(
+        logps, mask, *_ = sequence_logps(
             model, [r["prompt_token_ids"] for r in micro], [r["completion_token_ids"] for r in micro], 0
         )
         advantages = torch.tensor([r["advantage"] for r in micro], device=logps.device)

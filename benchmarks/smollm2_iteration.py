@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     model.train()
     for i in range(0, len(rows), config.micro_batch_size):
         micro = rows[i : i + config.micro_batch_size]
-        logps, mask, _ = sequence_logps(
+        logps, mask, *_ = sequence_logps(
             model, [list(r["prompt_token_ids"]) for r in micro], [list(r["completion_token_ids"]) for r in micro], pad
         )
         ((logps * mask).sum() / mask.sum()).backward()

@@ -39,6 +39,8 @@ COLUMNS: dict[str, tuple[Any, Any]] = {
     "logprobs": (["float32"], []),
     "completion_mask": (["int8"], []),  # 1 = chosen by the model, 0 = forced; empty = all chosen
     "vote_probs": (["float32"], []),  # P(vote for seat 1..n), then P(N/A); empty = unknown
+    "choice_step": ("int32", -1),  # completion position of a vote's choice token; -1 = no choice
+    "choice_token_ids": (["int32"], []),  # the token picking seat 1..n, then N/A (-1: not a choice); empty = none
     "finish_reason": ("string", ""),
     "error": ("string", ""),
     "violations": (["string"], []),

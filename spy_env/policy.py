@@ -28,7 +28,10 @@ class Action:
     ``completion_mask`` marks, per completion token, whether the model chose it (1) or decoding
     forced it (0, e.g. the ``<vote>`` tags around a constrained choice); None means all chosen.
     ``vote_distribution`` maps each vote choice (``"3"``, ``"N/A"``) to the model's probability
-    of it at the choice step, when the backend knows it.
+    of it at the choice step, when the backend knows it. ``choice_step`` is the completion position
+    of that choice and ``choice_tokens`` maps each choice to the token that picks it there: what a
+    trainer needs to score the choice under the distribution it was drawn from (the model's,
+    renormalised over the allowed choices).
     """
 
     text: str
@@ -39,6 +42,8 @@ class Action:
     error: str | None = None
     completion_mask: Sequence[int] | None = None
     vote_distribution: Mapping[str, float] | None = None
+    choice_step: int | None = None
+    choice_tokens: Mapping[str, int] | None = None
 
     @classmethod
     def forfeit(cls, error: str) -> Action:

@@ -227,6 +227,8 @@ class Runner:
             "logprobs": [float(x) for x in (action.logprobs or [])],
             "completion_mask": [int(x) for x in (action.completion_mask or [])],
             "vote_probs": _vote_probs(action.vote_distribution, self.config.n_players),
+            "choice_step": -1 if action.choice_step is None else int(action.choice_step),
+            "choice_token_ids": _choice_token_ids(action.choice_tokens, self.config.n_players),
             "finish_reason": action.finish_reason or "",
             "error": action.error or "",
         }
@@ -301,6 +303,23 @@ def _vote_probs(distribution: Mapping[str, float] | None, n_players: int) -> lis
         if 0 <= index <= n_players:
             probs[index] = float(p)
     return probs
+
+
+def _choice_token_ids(tokens: Mapping[str, int] | None, n_players: int) -> list[int]:
+    """``{"2": 17, "N/A": 40}`` → ``[token of seat 1, …, token of seat n, token of N/A]``, -1 where no choice
+    (empty when unknown), aligned with :func:`_vote_probs`.
+
+    >>> _choice_token_ids({"2": 17, "N/A": 40}, 3)
+    [-1, 17, -1, 40]
+    """
+    if not tokens:
+        return []
+    ids = [-1] * (n_players + 1)
+    for choice, token in tokens.items():
+        index = n_players if choice == "N/A" else int(choice) - 1
+        if 0 <= index <= n_players:
+            ids[index] = int(token)
+    return ids
 
 
 class _Progress:

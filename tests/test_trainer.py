@@ -144,7 +144,7 @@ def test_a_performing_iteration_moves_performances_toward_higher_reward(tmp_path
 
     def seq_logps():
         with torch.no_grad():
-            logps, mask, _ = sequence_logps(
+            logps, mask, *_ = sequence_logps(
                 trainer.model, [r["prompt_token_ids"] for r in rows], [r["completion_token_ids"] for r in rows],
                 trainer.pad_id,
             )  # fmt: skip

@@ -264,7 +264,7 @@ def test_selective_logps_equal_a_full_log_softmax(dtype):
     g = torch.Generator().manual_seed(0)
     logits = (torch.randn(3, 5, 50, generator=g) * 4).to(dtype).requires_grad_(True)
     targets = torch.randint(0, 50, (3, 5), generator=g)
-    logps, entropy = selective_logps(logits, targets, temperature=0.7, with_entropy=True)
+    logps, entropy, _ = selective_logps(logits, targets, temperature=0.7, with_entropy=True)
     full = torch.log_softmax(logits.float() / 0.7, dim=-1)
     expected = full.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     assert logps.dtype == torch.float32

@@ -145,8 +145,22 @@ class SpyRLConfig:
     detect_ratio_level: str = _f("action", "Importance ratio for votes: action = one sequence log-prob ratio per vote.")
     detect_advantage_groups: str = _f(
         "game",
-        "Normalise detection rewards within: game (its voters, Eq. 5) or prompt (one seat's vote across the "
-        "games_per_document games of a replay_setup group: same document, spy and masks).",
+        "Normalise detection rewards within: game (its voters, Eq. 5), prompt (one seat's vote across the "
+        "games_per_document games of a replay_setup group: same document, spy and masks) or batch (all of this "
+        "process's votes of the iteration: with few voters a game, e.g. 2 civilians of 3 players, Eq. 5 zeroes "
+        "every game whose voters agree; docs/experiment/TUNING.md).",
+    )
+    vote_gradient: str = _f(
+        "sampled",
+        "Gradient at a vote's choice token (constrained or think-then-vote, hf): sampled (the paper's: the "
+        "sampled choice's clipped surrogate), expected (its exact expectation over the legal choices, whose "
+        "rewards the env knows; not the paper's estimator) or supervised (-log q(spy): a labels-only reference). "
+        "See trainers/choices.py and docs/FIDELITY.md.",
+    )
+    forward_votes: bool = _f(
+        False,
+        "Constrained votes in one forward pass each (no generate loop for the forced tags); with one on-policy "
+        "update an iteration the rollout's forward also feeds the update (trainers/votes.py).",
     )
     spy_vote_in_group: bool = _f(
         False, "The spy's vote joins its game's Eq. 5 normalisation group (the paper: all n voters), trained or not."

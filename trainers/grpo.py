@@ -60,10 +60,19 @@ from trainers.logprobs import sequence_logps
 from trainers.metrics import iteration_metrics
 from trainers.models import load_policy_model, prepare_for_training, reference_logps, reference_model
 from trainers.policies import learner_policy, seat_policy
-from trainers.samples import role_means, role_reward_sums, sample_stats, stage_advantages, stage_rewards, stage_rows
+from trainers.samples import (
+    choice_advantages,
+    role_means,
+    role_reward_sums,
+    sample_stats,
+    stage_advantages,
+    stage_rewards,
+    stage_rows,
+)
 from trainers.seeds import SeedStream, seed_for
 from trainers.sinks import MetricSinks
 from trainers.update import TrainingSamples, UpdateTotals, micro_step, mini_batch_size
+from trainers.votes import ForwardVotes, one_update, retained_update
 
 __all__ = ["SpyRLTrainer"]
 
@@ -174,6 +183,8 @@ class SpyRLTrainer:
         """This iteration's games, the current policy in every seat (seeded by the iteration)."""
         c = self.config
         self.policy.restart_sampling(seed_for(c.seed, self.iteration, SeedStream.SAMPLING, self.rank))
+        if isinstance(self.policy, ForwardVotes):  # keep the votes' graphs when they feed a one-step update
+            self.policy.keep_graphs = self.controller.training_stage is Stage.VOTE and one_update(c, self.distributed)
         self.model.eval()
         games = c.documents_per_iteration * c.games_per_document
         step = self.iteration * self.accelerator.num_processes + self.rank  # this process's share of the run
@@ -217,8 +228,9 @@ class SpyRLTrainer:
         if stage is Stage.PERFORM and c.rae and self.distributed:  # global role means keep baselines in sync
             means = role_means(self.all_reduce(role_reward_sums(rewards, [r["role"] for r in rows])))
         advantages = add_penalties(stage_advantages(rows, rewards, stage, c, self.rae, means), penalties)
-        for row, advantage in zip(rows, advantages, strict=True):
+        for row, advantage, weights in zip(rows, advantages, choice_advantages(rows, stage, c), strict=True):
             row["advantage"] = float(advantage)
+            row["choice_advantages"] = None if weights is None else [float(w) for w in weights]
         rows = [r for r in rows if r["trainable"]]
         if self.distributed:  # every process must run the same number of backward passes
             counts = self.accelerator.gather(torch.tensor([len(rows)], device=self.accelerator.device))
@@ -237,6 +249,8 @@ class SpyRLTrainer:
         level = c.perform_ratio_level if Stage.of(stage) is Stage.PERFORM else c.detect_ratio_level
         samples = TrainingSamples.from_rows(rows, c.max_completion_tokens)
         size = self.mini_batch_size(len(rows))
+        if (metrics := retained_update(self, samples, size, level)) is not None:  # the rollout's forward fed it
+            return metrics
         generator = torch.Generator().manual_seed(seed_for(c.seed, self.iteration, SeedStream.SHUFFLE))
         orders = [torch.randperm(len(rows), generator=generator).tolist() for _ in range(c.epochs)]
         # the first mini-batch trains before any step: its behaviour log-probs are the current ones
@@ -254,20 +268,23 @@ class SpyRLTrainer:
         before any step."""
         c = self.config
 
-        def behaviour(prompts: list[list[int]], completions: list[list[int]]) -> torch.Tensor:
-            return sequence_logps(self.model, prompts, completions, self.pad_id, c.temperature)[0]
+        def behaviour(prompts: list[list[int]], completions: list[list[int]], choices: list) -> tuple:
+            out = sequence_logps(self.model, prompts, completions, self.pad_id, c.temperature, choices=choices)
+            return out.logps, out.choices
 
-        def reference(prompts: list[list[int]], completions: list[list[int]]) -> torch.Tensor:
+        def reference(prompts: list[list[int]], completions: list[list[int]], choices: list) -> tuple:
             return reference_logps(
-                self.ref_model, self.model, self.unwrapped, prompts, completions, self.pad_id, c.temperature
+                self.ref_model, self.model, self.unwrapped, prompts, completions, self.pad_id, c.temperature, choices
             )
 
         self.model.eval()
         with torch.no_grad():
             off_policy = [i for i in range(len(samples.rows)) if i not in on_policy]
-            samples.old.update(samples.logps_by_row(behaviour, off_policy, c.micro_batch_size))
+            old, old_choices = samples.logps_by_row(behaviour, off_policy, c.micro_batch_size)
+            samples.old.update(old)
+            samples.old_choices.update(old_choices)
             if c.beta:
-                samples.ref.update(samples.logps_by_row(reference, range(len(samples.rows)), c.micro_batch_size))
+                samples.ref.update(samples.logps_by_row(reference, range(len(samples.rows)), c.micro_batch_size)[0])
 
     def _optimizer_step(self, samples: TrainingSamples, mini: list[int], level: str, totals: UpdateTotals) -> None:
         """One optimizer step on the mini-batch ``mini`` (sample indices), gradients accumulated over micro-batches."""
@@ -308,6 +325,7 @@ class SpyRLTrainer:
         start = time.perf_counter()
         update_metrics = self.update(rows, stage) if rows else {"losses/optimizer_steps": 0, "perf/update_tokens": 0}
         update_seconds = time.perf_counter() - start
+        getattr(self.policy, "retained", {}).clear()  # forward_votes: the rollout's graphs are spent
         self.scheduler.step()
         self.iteration += 1
         self.policy.sync()  # a separate engine (vLLM) needs the new weights

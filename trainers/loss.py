@@ -55,18 +55,26 @@ def clipped_policy_loss(
     max_completion_length: int | None = None,
     num_items_in_batch: float | None = None,
     accumulation_steps: int = 1,
+    choice_losses: torch.Tensor | None = None,  # (B,) a vote's loss at its choice token (trainers.choices)
+    choice_mask: torch.Tensor | None = None,  # (B, T) 1 at the choice tokens those losses replace
 ) -> LossOutput:
     """Eq. 7, the clipped objective for one micro-batch (see the module docstring).
 
     ``J(θ) = E[ agg_t min(w_t A_i, clip(w_t, 1 − ε_low, 1 + ε_high) A_i) ] − β D_KL`` with
     ``w_t = π_θ(o_t | q, o_<t) / π_old(o_t | q, o_<t)`` (``level`` chooses token, sequence or
     action ratios) and ``agg`` the ``loss_type`` aggregation; returns the loss ``−J`` to minimise.
+    With ``choice_losses``, the tokens of ``choice_mask`` take those losses instead (``vote_gradient``
+    expected/supervised: :func:`trainers.choices.choice_loss`) and stay out of the sequence ratio.
     """
     mask = mask.to(logps.dtype)
     advantages = advantages.to(logps.dtype).unsqueeze(1)  # (B, 1)
-    ratio = torch.exp(importance_log_weights(logps - old_logps, mask, level))  # (B, T) or (B, 1)
+    ratio_mask = mask if choice_mask is None else mask * (1 - choice_mask.to(mask))
+    ratio = torch.exp(importance_log_weights(logps - old_logps, ratio_mask, level))  # (B, T) or (B, 1)
     clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
     per_token_loss = -torch.min(ratio * advantages, clipped * advantages)  # (B, T) or (B, 1)
+    if choice_losses is not None and choice_mask is not None:
+        at = choice_mask.to(mask) * mask
+        per_token_loss = per_token_loss.expand_as(mask) * (1 - at) + at * choice_losses.to(logps.dtype).unsqueeze(1)
 
     kl_value = 0.0
     if beta != 0.0:

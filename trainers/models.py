@@ -100,11 +100,14 @@ def reference_logps(
     completions: Sequence[Sequence[int]],
     pad_id: int,
     temperature: float,
-) -> torch.Tensor:
+    choices: Sequence[Any] | None = None,
+) -> tuple[torch.Tensor, list]:
     """(B, T) log-probs of the completions under the reference: ``ref_model``, or ``model`` with the
-    LoRA adapters of its ``unwrapped`` self disabled."""
+    LoRA adapters of its ``unwrapped`` self disabled; and the rows' choice log-probs (``choices``)."""
     with torch.no_grad():
         if ref_model is not None:
-            return sequence_logps(ref_model, prompts, completions, pad_id, temperature)[0]
+            out = sequence_logps(ref_model, prompts, completions, pad_id, temperature, choices=choices)
+            return out.logps, out.choices
         with unwrapped.disable_adapter():
-            return sequence_logps(model, prompts, completions, pad_id, temperature)[0]
+            out = sequence_logps(model, prompts, completions, pad_id, temperature, choices=choices)
+            return out.logps, out.choices

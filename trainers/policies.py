@@ -26,15 +26,16 @@ def decoding_options(config: SpyRLConfig) -> dict[str, Any]:
     }
 
 
-def learner_policy(config: SpyRLConfig, model: Any, tokenizer: Any, *, greedy: bool = False) -> HFPolicy:
-    """The trained ``model`` as an ``hf`` policy: sampling as the config says, or greedy (evaluation)."""
+def learner_policy(config: SpyRLConfig, model: Any, tokenizer: Any, *, greedy: bool = False) -> RolloutPolicy:
+    """The trained ``model`` as an ``hf`` policy: sampling as the config says, or greedy (evaluation);
+    with ``forward_votes``, its constrained votes take one forward pass (:mod:`trainers.votes`)."""
     if greedy:
         sampling = SamplingParams(temperature=0.0, max_new_tokens=config.max_completion_tokens)
     else:
         sampling = SamplingParams(
             temperature=config.temperature, top_p=config.top_p, max_new_tokens=config.max_completion_tokens
         )
-    return HFPolicy(
+    policy = HFPolicy(
         model,
         tokenizer,
         sampling=sampling,
@@ -42,6 +43,11 @@ def learner_policy(config: SpyRLConfig, model: Any, tokenizer: Any, *, greedy: b
         batch_size=config.generation_batch_size,
         **decoding_options(config),
     )
+    if config.forward_votes:
+        from trainers.votes import ForwardVotes
+
+        return ForwardVotes(policy)
+    return policy
 
 
 class StagePolicy:

@@ -67,34 +67,37 @@ PRESETS: dict[str, dict[str, Any]] = {
         "game": {"n_players": 5, "max_document_chars": 1500},
         "output_dir": "runs/smollm2-cpu",
     },
-    # SmolLM2 learning to detect the spy on CPU within the hour (experiments/smollm2_selfplay.py): an eased
-    # game (3 players, the spy gets no text, 600-character documents), votes constrained to a seat
-    # with only the seat token scored. Attempt 3 of docs/experiment/TUNING.md (no held-out gain yet).
+    # SmolLM2 learning to detect the spy on CPU within the hour (experiments/vote_gradients.py): an eased game
+    # (3 players, the spy gets no text, 600-character documents), votes constrained to a seat and played in one
+    # forward pass each, only the seat token scored, one on-policy update of 8 civilian votes an iteration
+    # normalised over the batch (docs/experiment/TUNING.md, "The difference").
     "smollm2-selfplay": {
         "model": "smollm2",
         "dtype": "float32",
         "device": "cpu",
-        # attempt 3 (docs/experiment/TUNING.md): the last 12 blocks, lr 5e-5, 16 games and 4 updates an iteration
         "train_top_layers": 12,
-        "documents_per_iteration": 8,
-        "games_per_document": 2,
-        "updates_per_iteration": 4,
+        "documents_per_iteration": 4,
+        "games_per_document": 1,
+        "updates_per_iteration": 1,
         "micro_batch_size": 8,
         "learning_rate": 5e-5,
         "beta": 0.0,
-        "iterations": 5,
+        "iterations": 20,
         "max_prompt_tokens": 2048,
         "max_completion_tokens": 40,
         "temperature": 1.0,
         "generation_batch_size": 48,
         "vote_mode": "constrained",
+        "forward_votes": True,
+        "vote_gradient": "expected",
+        "detect_advantage_groups": "batch",
         "answer": "boxed",
         "answer_tokens": 6,
         "stage_schedule": "detect",
-        # pinned: the values the committed experiment ran with before these defaults existed
+        # pinned: the values the committed experiments ran with before these defaults existed
         "rae_init": "zero",
         "penalty_advantage": "shared",
-        "checkpoint_every": 5,
+        "checkpoint_every": 20,
         "game": {"n_players": 3, "degrade": "blank", "max_document_chars": 600},
         "output_dir": "runs/smollm2-selfplay",
     },

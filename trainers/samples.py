@@ -18,11 +18,13 @@ import numpy as np
 
 from spy_env.stage import Stage
 from trainers.algorithm import RAEBaselines, group_normalized_advantages, group_scaled
+from trainers.choices import expected_advantages, supervised_targets
 
 __all__ = [
     "ROLES",
     "SKIP_REASONS",
     "advantage_groups",
+    "choice_advantages",
     "role_means",
     "role_reward_sums",
     "sample_stats",
@@ -110,12 +112,16 @@ def stage_rewards(rows: Sequence[Mapping[str, Any]], stage: Stage, config: Any) 
 
 def advantage_groups(rows: Sequence[Mapping[str, Any]], by: str) -> list[Hashable]:
     """Each row's normalisation group: ``"game"``, its game's round (the voters of Eq. 5); ``"prompt"``,
-    its seat and round across the replayed games of its group (same document, spy and masks).
+    its seat and round across the replayed games of its group (same document, spy and masks);
+    ``"batch"``: one group, every row.
 
     >>> rows = [{"game_id": 4, "group_id": 1, "seat": 2, "round": 0}]
-    >>> advantage_groups(rows, "game"), advantage_groups(rows, "prompt")
-    ([(4, 0)], [(1, 2, 0)])
+
+    >>> advantage_groups(rows, "game"), advantage_groups(rows, "prompt"), advantage_groups(rows, "batch")
+    ([(4, 0)], [(1, 2, 0)], [0])
     """
+    if by == "batch":
+        return [0] * len(rows)
     if by == "game":
         return [(r["game_id"], r["round"]) for r in rows]
     return [(r["group_id"], r["seat"], r["round"]) for r in rows]
@@ -139,7 +145,12 @@ def stage_advantages(
     """
     eps = config.advantage_eps
     if stage is Stage.VOTE:
-        return group_normalized_advantages(rewards, advantage_groups(rows, config.detect_advantage_groups), eps=eps)
+        groups = advantage_groups(rows, config.detect_advantage_groups)
+        if config.vote_gradient == "expected":  # reasoning tokens: the vote's expected reward, normalised alike
+            return expected_advantages(rows, groups, config.game_config().weight_detect, eps)[1]
+        if config.vote_gradient == "supervised":  # a labels-only reference: nothing but the choice trains
+            return np.zeros(len(rows))
+        return group_normalized_advantages(rewards, groups, eps=eps)
     roles = [r["role"] for r in rows]
     if config.rae:
         advantages = rae.advantages(rewards, roles, role_means=role_means)
@@ -152,6 +163,17 @@ def stage_advantages(
         else:
             advantages = group_normalized_advantages(rewards, groups, eps=eps)
     return advantages
+
+
+def choice_advantages(rows: Sequence[Mapping[str, Any]], stage: Stage, config: Any) -> list[np.ndarray | None]:
+    """Per row, the weights of its choices for ``vote_gradient`` expected (``Â_k``) or supervised (1 on the
+    spy); None for rows that train by their sampled choice (:mod:`trainers.choices`)."""
+    if stage is not Stage.VOTE or config.vote_gradient == "sampled":
+        return [None] * len(rows)
+    if config.vote_gradient == "supervised":
+        return supervised_targets(rows)
+    groups = advantage_groups(rows, config.detect_advantage_groups)
+    return expected_advantages(rows, groups, config.game_config().weight_detect, config.advantage_eps)[0]
 
 
 def role_reward_sums(rewards: Sequence[float], roles: Sequence[str]) -> list[float]:

@@ -14,13 +14,15 @@ from typing import Any
 
 import torch
 
+from trainers.choices import Choice, choice_loss
 from trainers.config import SpyRLConfig
 from trainers.logprobs import pad_to, sequence_logps
 from trainers.loss import clipped_policy_loss
 
-__all__ = ["MicroBatch", "TrainingSamples", "UpdateTotals", "micro_step", "mini_batch_size"]
+__all__ = ["MicroBatch", "TrainingSamples", "UpdateTotals", "micro_loss", "micro_step", "mini_batch_size"]
 
-LogpsFn = Callable[[list[list[int]], list[list[int]]], torch.Tensor]  # (prompts, completions) -> (B, T)
+# (prompts, completions, choices) -> (B, T) log-probs and each row's (C,) choice log-probs
+LogpsFn = Callable[[list[list[int]], list[list[int]], list[Choice | None]], tuple[torch.Tensor, list]]
 
 
 def mini_batch_size(config: SpyRLConfig, samples: int) -> int:
@@ -54,6 +56,9 @@ class MicroBatch:
     level: str  # importance ratio: token, sequence or action
     items: float  # scored tokens of the whole mini-batch (dapo's denominator)
     accumulation: int  # micro-batches in the mini-batch
+    choices: list[Choice | None] = field(default_factory=list)  # votes' choices (scored renormalised)
+    old_choices: list[torch.Tensor | None] = field(default_factory=list)  # (C,) behaviour choice log-probs
+    coefficients: list[torch.Tensor | None] = field(default_factory=list)  # (C,) expected/supervised weights
 
 
 @dataclass
@@ -64,7 +69,10 @@ class TrainingSamples:
     prompts: list[list[int]]
     completions: list[list[int]]
     scored: list[torch.Tensor]  # (T_i,) 1 for tokens the model chose, 0 for forced ones
+    choices: list[Choice | None] = field(default_factory=list)  # each vote's choice (None: no choice)
+    coefficients: list[torch.Tensor | None] = field(default_factory=list)  # (C,) expected/supervised weights
     old: dict[int, torch.Tensor] = field(default_factory=dict)  # behaviour log-probs, off-policy rows
+    old_choices: dict[int, torch.Tensor | None] = field(default_factory=dict)  # their (C,) choice log-probs
     ref: dict[int, torch.Tensor] = field(default_factory=dict)  # reference log-probs (beta > 0)
 
     @classmethod
@@ -74,16 +82,27 @@ class TrainingSamples:
         for row, completion in zip(rows, completions, strict=True):
             mask = list(row.get("completion_mask") or [])[: len(completion)]
             scored.append(torch.tensor(mask if len(mask) == len(completion) else [1] * len(completion)))
-        return cls(rows, [list(r["prompt_token_ids"]) for r in rows], completions, scored)
+        choices = [Choice.of(r, max_tokens) for r in rows]
+        coefficients = [
+            None if c is None or r.get("choice_advantages") is None else torch.tensor(r["choice_advantages"])
+            for r, c in zip(rows, choices, strict=True)
+        ]
+        return cls(rows, [list(r["prompt_token_ids"]) for r in rows], completions, scored, choices, coefficients)
 
-    def logps_by_row(self, logps_of: LogpsFn, indices: Sequence[int], chunk: int) -> dict[int, torch.Tensor]:
-        """``logps_of`` over the samples ``indices``, ``chunk`` at a time, as one (T_i,) row per sample."""
-        out = {}
+    def logps_by_row(
+        self, logps_of: LogpsFn, indices: Sequence[int], chunk: int
+    ) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor | None]]:
+        """``logps_of`` over the samples ``indices``, ``chunk`` at a time: one (T_i,) row per sample, and its
+        (C,) choice log-probs (None without a choice)."""
+        out, choice_out = {}, {}
         for start in range(0, len(indices), chunk):
             part = indices[start : start + chunk]
-            logps = logps_of([self.prompts[i] for i in part], [self.completions[i] for i in part])
+            logps, choice_logps = logps_of(
+                [self.prompts[i] for i in part], [self.completions[i] for i in part], [self.choices[i] for i in part]
+            )
             out.update({i: logps[k, : len(self.completions[i])] for k, i in enumerate(part)})
-        return out
+            choice_out.update({i: choice_logps[k] for k, i in enumerate(part)})
+        return out, choice_out
 
     def micro_batch(self, indices: Sequence[int], *, level: str, items: float, accumulation: int) -> MicroBatch:
         return MicroBatch(
@@ -96,6 +115,9 @@ class TrainingSamples:
             level=level,
             items=items,
             accumulation=accumulation,
+            choices=[self.choices[i] for i in indices],
+            old_choices=[self.old_choices.get(i) for i in indices],
+            coefficients=[self.coefficients[i] for i in indices],
         )
 
 
@@ -103,9 +125,22 @@ def micro_step(
     model: Any, batch: MicroBatch, config: SpyRLConfig, pad_id: int, backward: Callable[[torch.Tensor], None]
 ) -> dict[str, float]:
     """Forward, Eq. 7 loss and ``backward`` of one micro-batch; returns its statistics."""
-    logps, mask, entropy = sequence_logps(
-        model, batch.prompts, batch.completions, pad_id, config.temperature, with_entropy=True
-    )  # (B, T) each
+    logps, mask, entropy, choice_logps = sequence_logps(
+        model, batch.prompts, batch.completions, pad_id, config.temperature, with_entropy=True, choices=batch.choices
+    )  # (B, T) each, and (C,) per vote with a choice
+    return micro_loss(logps, mask, entropy, choice_logps, batch, config, backward)
+
+
+def micro_loss(
+    logps: torch.Tensor,
+    mask: torch.Tensor,
+    entropy: torch.Tensor | None,
+    choice_logps: Sequence[torch.Tensor | None],
+    batch: MicroBatch,
+    config: SpyRLConfig,
+    backward: Callable[[torch.Tensor], None],
+) -> dict[str, float]:
+    """Eq. 7 on a micro-batch's current log-probs (``sequence_logps``'s outputs), then ``backward``."""
     width = logps.shape[1]
     mask = mask * torch.stack([pad_to(s, width) for s in batch.scored]).to(mask)  # forced tokens: 0
     old = torch.stack(
@@ -113,6 +148,7 @@ def micro_step(
     )  # (B, T)
     ref = torch.stack([pad_to(row, width) for row in batch.ref_logps]) if config.beta else None  # (B, T)
     advantages = torch.tensor(batch.advantages, dtype=logps.dtype)  # (B,)
+    choice_losses, choice_mask = _choice_terms(choice_logps, batch, config, logps)
     out = clipped_policy_loss(
         logps, old, advantages, mask,
         ref_logps=ref, level=batch.level, loss_type=config.loss_type,
@@ -120,6 +156,7 @@ def micro_step(
         kl_bias_correction=config.kl_bias_correction, kl_estimator=config.kl_estimator,
         max_completion_length=config.max_completion_tokens,
         num_items_in_batch=batch.items, accumulation_steps=batch.accumulation,
+        choice_losses=choice_losses, choice_mask=choice_mask,
     )  # fmt: skip
     backward(out.loss)
     return {
@@ -128,8 +165,30 @@ def micro_step(
         "kl": out.kl,
         "clip_fraction": out.clip_fraction,
         "ratio": out.ratio_mean,
-        "entropy": float((entropy * mask).sum() / mask.sum().clamp(min=1)),
+        "entropy": float((entropy * mask).sum() / mask.sum().clamp(min=1)) if entropy is not None else float("nan"),
     }
+
+
+def _choice_terms(
+    choice_logps: Sequence[torch.Tensor | None], batch: MicroBatch, config: SpyRLConfig, logps: torch.Tensor
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``vote_gradient`` expected/supervised: each vote's loss at its choice token (B,) and where that
+    token is (B, T); ``(None, None)`` when every row trains by its sampled choice."""
+    if config.vote_gradient == "sampled" or not any(c is not None for c in batch.coefficients):
+        return None, None
+    losses, at = [], torch.zeros_like(logps, dtype=torch.float32)  # (B, T)
+    for k, (choice, logq, coefficients) in enumerate(zip(batch.choices, choice_logps, batch.coefficients, strict=True)):
+        if choice is None or logq is None or coefficients is None:
+            losses.append(torch.zeros((), dtype=torch.float32, device=logps.device))
+            continue
+        old = batch.old_choices[k] if batch.old_choices and batch.old_choices[k] is not None else logq.detach()
+        losses.append(
+            choice_loss(
+                logq, old.to(logq), coefficients.to(logq), config.vote_gradient, config.epsilon, config.epsilon_upper
+            )
+        )
+        at[k, choice.step] = 1.0
+    return torch.stack([x.float() for x in losses]), at
 
 
 @dataclass

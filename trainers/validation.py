@@ -35,7 +35,8 @@ CHOICES = {
     "loss_type": LOSS_TYPES,
     "perform_ratio_level": LEVELS,
     "detect_ratio_level": LEVELS,
-    "detect_advantage_groups": ("game", "prompt"),
+    "detect_advantage_groups": ("game", "prompt", "batch"),
+    "vote_gradient": ("sampled", "expected", "supervised"),
     "mini_batch_unit": ("samples", "documents"),
     "document_order": ("random", "epoch"),
     "kl_estimator": KL_ESTIMATORS,
@@ -54,7 +55,7 @@ def validate(config: Any) -> None:
     """Raise ``ValueError`` naming the first bad field of ``config`` (types first: nothing after sees a
     str where an int belongs)."""
     check_types(config)
-    for check in (_numbers, _choices, _batching, _counts, _seats, _vllm, _game):
+    for check in (_numbers, _choices, _batching, _votes, _counts, _seats, _vllm, _game):
         check(config)
 
 
@@ -101,6 +102,14 @@ def _batching(config: Any) -> None:
     if config.detect_advantage_groups == "prompt" and (not config.replay_setup or config.games_per_document < 2):
         # without replayed setups every vote prompt is unique: one-member groups, every advantage 0
         raise _bad(config, "detect_advantage_groups", "'game' unless replay_setup is on and games_per_document >= 2")
+
+
+def _votes(config: Any) -> None:
+    if config.vote_gradient != "sampled" and (config.vote_mode == "free" or config.generation != "hf"):
+        # a free vote has no choice step, and vLLM rollouts do not record which tokens were allowed
+        raise _bad(config, "vote_gradient", "'sampled' unless vote_mode is constrained or think-then-vote with generation hf")
+    if config.forward_votes and (config.vote_mode != "constrained" or config.generation != "hf" or config.top_p < 1):
+        raise _bad(config, "forward_votes", "False unless vote_mode is 'constrained', generation 'hf' and top_p 1")
 
 
 def _counts(config: Any) -> None:
