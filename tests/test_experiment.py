@@ -47,6 +47,36 @@ def test_quick_experiment_writes_results_and_picture(tmp_path):
     assert (out / "heldout_accuracy.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
+def test_quick_vote_gradient_experiment_trains_rows_on_the_same_games(tmp_path):
+    """experiments/vote_gradients.py --quick: each row trains the same number of votes on the same training
+    games, is evaluated on held-out documents only, and the results and picture are written."""
+    _smollm2_or_skip()
+    out = tmp_path / "votes"
+    proc = subprocess.run(
+        [sys.executable, "experiments/vote_gradients.py", "--quick", "--rows", "expected,supervised",
+         "--out", str(out), "--runs", str(tmp_path / "runs")],
+        cwd=ROOT, capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((out / "vote_gradients.json").read_text())
+    expected, supervised = results["rows"]
+    assert (expected["row"], supervised["row"]) == ("expected", "supervised")
+    assert expected["votes_trained"] == supervised["votes_trained"] > 0
+    assert [e["votes"] for e in expected["evaluations"]] == [e["votes"] for e in supervised["evaluations"]]
+    assert expected["evaluations"][0] == supervised["evaluations"][0]  # one base evaluation for every row
+    for row in results["rows"]:
+        assert {g["document_id"] for g in row["per_game"]["trained"]} <= set(row["heldout_documents"])
+        assert row["difference"]["expected_accuracy"]["n"] == len(results["base"]["per_game"])
+        assert row["training"][0]["losses/optimizer_steps"] == 1
+    # the same training games in every row: the sampled detection reward is the only thing that may differ
+    assert [h["env/n_games"] if "env/n_games" in h else h["iteration"] for h in expected["training"]] == [
+        h["env/n_games"] if "env/n_games" in h else h["iteration"] for h in supervised["training"]
+    ]
+    assert (out / "vote_gradients.png").read_bytes()[:4] == b"\x89PNG"
+    assert "Traceback" not in proc.stderr
+
+
 def test_experiment_rejects_unknown_rows(tmp_path):
     proc = subprocess.run(
         [sys.executable, "experiments/smollm2_selfplay.py", "--rows", "nope", "--out", str(tmp_path)],

@@ -233,3 +233,14 @@ def test_vote_gradient_and_forward_votes_need_a_choice_to_score():
     with pytest.raises(ValueError, match="detect_advantage_groups"):
         SpyRLConfig(detect_advantage_groups="everything")
     SpyRLConfig(vote_gradient="expected", vote_mode="think-then-vote", detect_advantage_groups="batch")
+
+
+def test_batch_groups_normalise_over_every_vote_of_the_iteration():
+    """``detect_advantage_groups=batch``: two games whose civilians agree get no gradient from Eq. 5's
+    per-game groups, but do when the iteration's votes are normalised together."""
+    rows = [{"game_id": g, "round": 0, "role": "civilian"} for g in (0, 0, 1, 1)]
+    rewards = [1.0, 1.0, 0.0, 0.0]
+    per_game = stage_advantages(rows, rewards, Stage.VOTE, SpyRLConfig(detect_advantage_groups="game"), None)
+    assert per_game.tolist() == [0.0, 0.0, 0.0, 0.0]
+    batch = stage_advantages(rows, rewards, Stage.VOTE, SpyRLConfig(detect_advantage_groups="batch"), None)
+    assert batch.round(3).tolist() == [1.0, 1.0, -1.0, -1.0]
