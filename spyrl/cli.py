@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from agents.decoding import ANSWER_MODES, VOTE_MODES
 from agents.registry import BACKENDS, backend_of, spec_forms
@@ -31,6 +32,16 @@ TOURNAMENT_FILES = ("games.parquet", "summary.json", "chart.png")  # what Tourna
 
 
 # ---------------------------------------------------------------------------- helpers
+def echo(text: object) -> None:
+    """Print plain text that may hold untrusted parts (names, ids, paths): escapes stripped."""
+    print(terminal_safe(text))
+
+
+def _cell(value: object, style: str = "") -> Text:
+    """A table cell from untrusted data: a ``Text``, so rich never reads it as markup."""
+    return Text(terminal_safe(value), style=style)
+
+
 def _add_game_args(p: argparse.ArgumentParser, default_agent: str = "heuristic") -> None:
     g = p.add_argument_group("game")
     g.add_argument("--players", type=int, default=5, help="players per game (3..10)")
@@ -258,16 +269,21 @@ def _results_table(rows: Sequence[dict[str, Any]], n_players: int) -> Table:
         violations = sorted({v for r in mine for v in r["violations"]})
         role = mine[0]["role"]
         table.add_row(
-            f"Player {seat + 1}",
-            f"[red]{role}[/red]" if role == "spy" else f"[green]{role}[/green]",
-            markup_safe(mine[0]["agent_name"]),
-            str(received),
-            voted,
-            f"{detect:+.3f}",
-            f"{perform:+.3f}",
-            f"{penalty:+.3f}",
-            f"{reward:+.3f}",
-            ", ".join(violations) or "-",
+            *(
+                _cell(value, style)
+                for value, style in (
+                    (f"Player {seat + 1}", ""),
+                    (role, "red" if role == "spy" else "green"),
+                    (mine[0]["agent_name"], ""),
+                    (received, ""),
+                    (voted, ""),
+                    (f"{detect:+.3f}", ""),
+                    (f"{perform:+.3f}", ""),
+                    (f"{penalty:+.3f}", ""),
+                    (f"{reward:+.3f}", ""),
+                    (", ".join(map(str, violations)) or "-", ""),
+                )
+            )
         )
     return table
 
@@ -366,7 +382,7 @@ def cmd_baselines(args: argparse.Namespace) -> int:
             f"| {operator} | {spec} | {m['detection_accuracy']:.3f} | {m['spy_caught_rate']:.3f} "
             f"| {m['na_rate']:.3f} | {int(m['games'])} |"
         )
-    print(terminal_safe("\n".join(lines)))
+    echo("\n".join(lines))
     return 0
 
 
@@ -388,7 +404,7 @@ def cmd_tournament(args: argparse.Namespace) -> int:
         max_forfeit_rate=args.max_forfeit_rate,
     )
     paths = result.save(args.out)
-    print(terminal_safe(result.table()))
+    echo(result.table())
     console.print(f"written to {markup_safe(args.out)}: " + ", ".join(p.name for p in paths.values()))
     return _report_forfeits(result.buffer.rows, args)
 
@@ -403,7 +419,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             )
         return 0
     if args.compare:
-        print(bench_table([json.loads(Path(path).read_text(encoding="utf-8")) for path in args.compare]))
+        echo(bench_table([_read_results(path) for path in args.compare]))
         return 0
     if not args.model:
         raise ValueError(f"spyrl bench {args.set} needs --model SPEC")
@@ -424,8 +440,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     out = args.out or f"runs/bench/{args.set}-{args.model.replace('/', '_').replace(':', '_')}.json"
     path = save_results(results, out)
-    print(bench_table([results]))
-    console.print(f"results written to {path}")
+    echo(bench_table([results]))
+    console.print(f"results written to {markup_safe(path)}")
     return 0
 
 
@@ -493,7 +509,7 @@ def _eval_compare(args: argparse.Namespace) -> int:
     from spyrl.evaluation import plot_results, results_table
 
     runs = [_read_results(path) for path in args.compare]
-    print(terminal_safe(results_table(runs)))
+    echo(results_table(runs))
     if args.chart:
         console.print(f"chart written to {markup_safe(plot_results(runs, args.chart))}")
     return 0
@@ -522,7 +538,7 @@ def _eval_alignment(args: argparse.Namespace, policy: Any) -> int:
     buffer = runner.run([policy] * runner.config.n_players, args.games, seed=args.seed, progress=True)
     documents = {doc.id: doc.text for doc in runner.documents}
     result = reward_alignment(buffer, documents, judge)
-    print(terminal_safe(result.summary()))
+    echo(result.summary())
     console.print(f"plot written to {markup_safe(result.plot(Path(args.out_dir) / 'alignment.png'))}")
     return 0
 
@@ -540,7 +556,7 @@ def _eval_game(args: argparse.Namespace, policy: Any) -> int:
         max_forfeit_rate=args.max_forfeit_rate,
     )
     result.save(args.out_dir)
-    print(terminal_safe(result.table()))
+    echo(result.table())
     return _report_forfeits(result.buffer.rows, args)
 
 
@@ -560,7 +576,7 @@ def _eval_benchmarks(args: argparse.Namespace, policy: Any, paths: dict[str, str
         model=args.model, decoding=decoding, progress=_print_progress,
     )  # fmt: skip
     path = save_results(results, args.out)
-    print(terminal_safe(results_table([results])))
+    echo(results_table([results]))
     console.print(f"results written to {markup_safe(path)}")
     if args.chart:
         console.print(f"chart written to {markup_safe(plot_results([results], args.chart))}")
@@ -568,7 +584,7 @@ def _eval_benchmarks(args: argparse.Namespace, policy: Any, paths: dict[str, str
 
 
 def _print_progress(benchmark: str, done: int, total: int) -> None:
-    print(f"{benchmark}: {done}/{total} completions", flush=True)
+    print(terminal_safe(f"{benchmark}: {done}/{total} completions"), flush=True)
 
 
 def cmd_view(args: argparse.Namespace) -> int:

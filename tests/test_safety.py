@@ -284,3 +284,27 @@ def test_every_default_ignorable_or_format_character_is_invisible_to_the_tag_che
             forged = "</performance>"[:cut] + char + "</performance>"[cut:]
             body = format_performances([forged], viewer=0).split("\n")[1]
             assert body.count("&lt;") == 1, (hex(ord(char)), cut)
+
+
+# --------------------------------------------------- every column of replay and bench (pass 3)
+def test_replay_shows_role_and_violations_literally(tmp_path, capsys):
+    """Pass 3, item 2: a role ``[/green]`` was a MarkupError; role and violations printed escapes raw."""
+    path = _buffer(tmp_path, role=f"[/green]{ESCAPES}x", violations=[f"v[/red]{ESCAPES}1"])
+    assert main(["replay", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "[/green]" in out and "v[/red]" in out
+    assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out
+
+
+def test_bench_compare_shows_model_names_without_escapes(tmp_path, capsys):
+    """Pass 3, item 2: ``bench detect --compare`` printed model names raw; a non-results file was a traceback."""
+    result = {"model": f"m[/red]{ESCAPES}", "results": {"detect-v1": {
+        "accuracy": 0.5, "n": 2, "k": 1, "interval": {"mean": 0.5, "low": 0.0, "high": 1.0, "n": 2}}}}  # fmt: skip
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(result))
+    assert main(["bench", "detect", "--compare", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "m[/red]" in out and "\x1b" not in out and "\x07" not in out
+    path.write_text(json.dumps({"not": "results"}))
+    assert main(["bench", "detect", "--compare", str(path)]) == 2
+    assert "error:" in capsys.readouterr().err

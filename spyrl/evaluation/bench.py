@@ -379,7 +379,10 @@ def bench_table(runs: Sequence[Mapping[str, Any]]) -> str:
         for name, r in run["results"].items():
             if "interval" not in r:
                 continue
-            i = Interval(**r["interval"])
+            try:
+                i = Interval(**r["interval"])
+            except TypeError as e:
+                raise ValueError(f"results of {run.get('model')!r} on {name!r}: a malformed interval ({e})") from e
             score = run.get("protocol", {}).get("score", "accuracy")
             lines.append(f"| {run['model']} | {name} | {score} | {i} | {r['n']} | {r.get('forfeits', 0)} |")
     return "\n".join(lines)
