@@ -1,15 +1,32 @@
-"""Atomic file writes: a crash or an exception leaves the previous file (or none), never half of one."""
+"""Files in and out: atomic writes (a crash or an exception leaves the previous file, or none,
+never half of one) and the checks on files read from inside an input folder.
+
+A folder a user hands over (a tournament result, a training run) may come from someone else: a
+``chart.png`` in it that links to ``~/.ssh/id_rsa`` must not end up embedded in a page. Files
+inside such a folder are read only through :func:`folder_file` / :func:`read_folder_file`: a
+regular file reached without following a symbolic link, of bounded size. The path the user typed
+may itself be a link (that is their choice).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_path", "pid_alive", "remove_stale_temporaries", "save_figure", "write_text"]
+__all__ = [
+    "atomic_path",
+    "folder_file",
+    "pid_alive",
+    "read_folder_file",
+    "remove_stale_temporaries",
+    "save_figure",
+    "write_text",
+]
 
 
 @contextlib.contextmanager
@@ -89,3 +106,39 @@ def save_figure(fig: Any, path: str | os.PathLike, dpi: int = 100) -> Path:
         fig.savefig(tmp, dpi=dpi)
     plt.close(fig)
     return Path(path)
+
+
+def folder_file(folder: str | os.PathLike, relative: str | os.PathLike) -> Path | None:
+    """``folder/relative`` if it is a regular file reached without a symbolic link, ``None`` if it
+    does not exist; ``ValueError`` naming it when it, or a folder on the way, is a link or it is
+    not a regular file (a FIFO, a device, a folder)."""
+    path = Path(folder)
+    for part in Path(relative).parts:
+        path = path / part
+        try:
+            mode = path.lstat().st_mode
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(mode):
+            raise ValueError(
+                f"{str(path)!r} is a symbolic link; files inside an input folder are read only when they are "
+                "regular files in it"
+            )
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"{str(path)!r} is not a regular file")
+    return path
+
+
+def read_folder_file(folder: str | os.PathLike, relative: str | os.PathLike, *, max_bytes: int) -> bytes | None:
+    """The bytes of :func:`folder_file` (``None`` if it does not exist); ``ValueError`` beyond ``max_bytes``."""
+    path = folder_file(folder, relative)
+    if path is None:
+        return None
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))  # a link swapped in after the check
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{str(path)!r} is not a regular file")
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"{str(path)!r} is larger than {max_bytes} bytes")
+    return data

@@ -308,3 +308,46 @@ def test_bench_compare_shows_model_names_without_escapes(tmp_path, capsys):
     path.write_text(json.dumps({"not": "results"}))
     assert main(["bench", "detect", "--compare", str(path)]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------- files inside input folders (pass 3)
+_PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
+
+
+@pytest.mark.parametrize("linked", ["chart.png", "games.parquet", "summary.json"])
+def test_view_does_not_follow_links_inside_a_tournament_folder(tmp_path, linked, capsys):
+    """Pass 3, item 1: a ``chart.png`` linked to a secret was embedded in the page."""
+    secret = tmp_path / "id_rsa"
+    secret.write_bytes(_PNG + b"SECRET-KEY-MATERIAL")
+    folder = tmp_path / "t"
+    folder.mkdir()
+    (folder / "summary.json").write_text(json.dumps({"metrics": {}}))
+    (folder / linked).unlink(missing_ok=True)
+    (folder / linked).symlink_to(secret)
+    out = tmp_path / "page.html"
+    assert main(["view", str(folder), "-o", str(out)]) == 2
+    assert "symbolic link" in capsys.readouterr().err and not out.exists()
+
+
+def test_view_embeds_a_real_chart_and_refuses_a_non_png(tmp_path, capsys):
+    folder = tmp_path / "t"
+    folder.mkdir()
+    (folder / "summary.json").write_text(json.dumps({"metrics": {}}))
+    (folder / "chart.png").write_bytes(_PNG)
+    assert main(["view", str(folder), "-o", str(tmp_path / "a.html")]) == 0
+    assert "data:image/png;base64," in (tmp_path / "a.html").read_text()
+    (folder / "chart.png").write_text("USER=me\nTOKEN=x")
+    assert main(["view", str(folder), "-o", str(tmp_path / "b.html")]) == 2
+    assert "not a PNG" in capsys.readouterr().err
+
+
+def test_view_does_not_follow_a_linked_buffers_folder_in_a_run(tmp_path, capsys):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    _buffer(elsewhere).rename(elsewhere / "iter_00000.jsonl")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"iteration": 1}\n')
+    (run / "buffers").symlink_to(elsewhere)
+    assert main(["view", str(run), "-o", str(tmp_path / "p.html")]) == 2
+    assert "symbolic link" in capsys.readouterr().err

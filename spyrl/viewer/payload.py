@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from spy_env.io import folder_file, read_folder_file
 from spy_env.stage import Stage
 
 logger = logging.getLogger(__name__)
@@ -338,8 +339,9 @@ def _latest_tokenizer(run_dir: Path) -> Decoder | None:
     candidates = sorted(run_dir.glob("checkpoints/iter_*/model/tokenizer.json"))
     if not candidates:
         return None
+    tokenizer = folder_file(run_dir, candidates[-1].relative_to(run_dir))
     try:
-        return load_tokenizer(candidates[-1])
+        return load_tokenizer(tokenizer) if tokenizer else None
     except ImportError:
         logger.info("tokenizers is not installed: heat strips without token texts")
         return None
@@ -355,6 +357,7 @@ def run_payload(
     from trainers.sinks import read_metrics
 
     run_dir = Path(run_dir)
+    folder_file(run_dir, "metrics.jsonl")  # a link out of the run is refused
     metrics = [_clean(row) for row in read_metrics(run_dir)]
     if decode is None:
         decode = _latest_tokenizer(run_dir)
@@ -362,6 +365,7 @@ def run_payload(
     games: list[dict[str, Any]] = []
     buffers = sorted(run_dir.glob("buffers/iter_*.parquet")) + sorted(run_dir.glob("buffers/iter_*.jsonl"))
     for buffer in buffers:
+        folder_file(run_dir, buffer.relative_to(run_dir))  # a link out of the run is refused
         found = _ITERATION_FILE.search(buffer.name)
         # iter_00000 holds the games of the iteration that metrics.jsonl logs as iteration 1
         iteration = int(found.group(1)) + 1 if found else None
@@ -383,17 +387,19 @@ def tournament_payload(path: str | os.PathLike, *, decode: Decoder | None = None
     """The page data of a ``spyrl tournament`` result (its folder or its ``summary.json``)."""
     path = Path(path)
     summary_path = path / "summary.json" if path.is_dir() else path
+    if path.is_dir():
+        folder_file(path, "summary.json")
     summary = json.loads(summary_path.read_text(encoding="utf-8"))
     if not isinstance(summary, dict) or "metrics" not in summary:
         raise ValueError(f"{str(summary_path)!r} is not a tournament summary (no 'metrics')")
     folder = summary_path.parent
     documents: dict[str, dict[str, str]] = {}
     games: list[dict[str, Any]] = []
-    buffer = folder / "games.parquet"
+    buffer = folder_file(folder, "games.parquet")
     degrade = (summary.get("config") or {}).get("degrade")
-    if buffer.is_file():
+    if buffer is not None:
         games = game_records(_iter_rows(buffer), documents, decode=decode, degrade=degrade or None)
-    chart = folder / "chart.png"
+    chart = read_folder_file(folder, "chart.png", max_bytes=_MAX_CHART_BYTES)
     return {
         "kind": "tournament",
         "title": folder.resolve().name,
@@ -403,12 +409,18 @@ def tournament_payload(path: str | os.PathLike, *, decode: Decoder | None = None
             "metrics": _clean(summary.get("metrics", {})),
             "ratings": _clean(summary.get("ratings", {})),
             "config": _clean(summary.get("config", {})),
-            "chart": _png_data_uri(chart) if chart.is_file() else None,
+            "chart": _png_data_uri(chart, folder / "chart.png") if chart is not None else None,
         },
     }
 
 
-def _png_data_uri(path: Path) -> str:
+_MAX_CHART_BYTES = 16 * 2**20
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _png_data_uri(data: bytes, path: Path) -> str:
     import base64
 
-    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+    if not data.startswith(_PNG_SIGNATURE):
+        raise ValueError(f"{str(path)!r} is not a PNG image")
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
