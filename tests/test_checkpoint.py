@@ -228,3 +228,44 @@ def test_stale_staging_folders_of_dead_processes_are_removed(trained_run, tmp_pa
         assert not stale.exists() and live.exists()
     finally:
         shutil.rmtree(live, ignore_errors=True)
+
+
+# ---------------------------------------------------------- resume reads only data (pass 3)
+def _fake_checkpoint(tmp_path: Path) -> Path:
+    from safetensors.torch import save_file
+
+    root = tmp_path / "checkpoints"
+    folder = root / "iter_00001"
+    (folder / "model").mkdir(parents=True)
+    save_file({"w": torch.zeros(2)}, str(folder / "model" / "model.safetensors"))
+    (folder / "model" / "config.json").write_text("{}")
+    (root / "latest").write_text("iter_00001")
+    ckpt.write_manifest(folder)
+    return folder
+
+
+@pytest.mark.parametrize("name", ["pytorch_model.bin", "optimizer.pt", "x.pkl"])
+def test_a_pickle_weights_file_listed_in_the_manifest_is_refused(tmp_path, name):
+    """Pass 3, item 4: a ``pytorch_model.bin`` listed in the manifest went to ``torch.load``."""
+    folder = _fake_checkpoint(tmp_path)
+    ckpt.open_checkpoint(folder.parent, "latest")  # a data-only checkpoint passes
+    (folder / "model" / name).write_bytes(pickle.dumps({"w": 1}))
+    ckpt.write_manifest(folder)  # a forger rewrites the manifest too
+    with pytest.raises(ckpt.CheckpointError, match=f"{name} is not a data file"):
+        ckpt.open_checkpoint(folder.parent, "latest")
+
+
+@pytest.mark.parametrize("kind", ["file", "folder"])
+def test_a_symbolic_link_in_a_checkpoint_is_refused(tmp_path, kind):
+    """Pass 3, Low: a symlinked folder in a checkpoint was neither listed nor refused."""
+    folder = _fake_checkpoint(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "x.json").write_text("{}")
+    if kind == "file":
+        (folder / "model" / "tokenizer.json").symlink_to(elsewhere / "x.json")
+    else:
+        (folder / "model" / "extra").symlink_to(elsewhere, target_is_directory=True)
+    ckpt.write_manifest(folder)
+    with pytest.raises(ckpt.CheckpointError, match="symbolic link"):
+        ckpt.open_checkpoint(folder.parent, "latest")

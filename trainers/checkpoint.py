@@ -16,8 +16,11 @@ A checkpoint folder ``checkpoints/iter_K`` holds
 place) and :func:`load_trainer` restores one.
 
 Nothing here is loaded with pickle. Resuming checks the manifest (a missing, extra or changed file
-is an error naming it) and that every floating tensor is finite *before* anything is loaded, so a
-corrupted checkpoint never resumes silently and never gets written over the run.
+is an error naming it), that every file is a regular file of a data format (:data:`DATA_SUFFIXES`:
+a ``pytorch_model.bin`` listed in the manifest is refused, not handed to ``torch.load``; a symbolic
+link, to a file or a folder, is refused) and that every floating tensor is finite *before*
+anything is loaded, so a corrupted checkpoint never resumes silently and never gets written over
+the run.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ __all__ = [
     "STATE_FILE",
     "TENSORS_FILE",
     "CheckpointError",
+    "check_data_only",
     "check_finite_files",
     "first_non_finite",
     "load_trainer",
@@ -68,6 +72,11 @@ STATE_FILE = "trainer_state.json"
 TENSORS_FILE = "trainer_state.safetensors"
 MANIFEST_FILE = "manifest.json"
 FORMAT = 2  # 1: trainer_state.pt (pickle), no longer read
+# What a single-process checkpoint may hold outside ``accelerate/``: tensors in safetensors, the
+# rest as text (configs, tokenizer files, chat template, PEFT's README); never a pickle format
+# (``.bin``, ``.pt``, ``.pth``, ``.pkl``, ``.ckpt``) that transformers would load with torch.load.
+DATA_SUFFIXES = frozenset({".safetensors", ".json", ".txt", ".model", ".jinja", ".md"})
+ACCELERATE_FOLDER = "accelerate"
 
 
 class CheckpointError(ValueError):
@@ -107,6 +116,7 @@ def remove_stale_staging(root: Path) -> None:
 def open_checkpoint(root: Path, path: str) -> Path:
     """Resolve ``path`` (or ``"latest"``), then verify its manifest and that its tensors are finite."""
     folder = resolve_checkpoint(root, path)
+    check_data_only(folder)
     verify_manifest(folder)
     check_finite_files(folder)
     return folder
@@ -125,6 +135,27 @@ def _files(folder: Path) -> list[str]:
     return sorted(
         p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST_FILE
     )
+
+
+def check_data_only(folder: Path) -> None:
+    """Every entry under ``folder`` is a folder or a regular file of :data:`DATA_SUFFIXES` (files
+    under ``accelerate/``, written by accelerate in multi-process runs, are regular files of any
+    kind); a symbolic link or anything else is a :class:`CheckpointError` naming it."""
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        here = Path(dirpath)
+        in_accelerate = here.relative_to(folder).parts[:1] == (ACCELERATE_FOLDER,)
+        for name in [*dirnames, *filenames]:
+            path = here / name
+            if path.is_symlink():
+                raise CheckpointError(f"{path} is a symbolic link; a checkpoint holds regular files only")
+            if name in filenames:
+                if not path.is_file():
+                    raise CheckpointError(f"{path} is not a regular file")
+                if not in_accelerate and name != MANIFEST_FILE and path.suffix.lower() not in DATA_SUFFIXES:
+                    raise CheckpointError(
+                        f"{path} is not a data file (allowed: {', '.join(sorted(DATA_SUFFIXES))}); "
+                        "resume reads weights only from safetensors"
+                    )
 
 
 def write_manifest(folder: Path) -> None:
@@ -382,6 +413,6 @@ def _load_weights(trainer: SpyRLTrainer, checkpoint: Path, state: Mapping[str, A
         from transformers import AutoModelForCausalLM
 
         loaded = AutoModelForCausalLM.from_pretrained(
-            checkpoint / "model", dtype=next(trainer.model.parameters()).dtype
+            checkpoint / "model", dtype=next(trainer.model.parameters()).dtype, use_safetensors=True
         )
         trainer.unwrapped.load_state_dict(loaded.state_dict())
