@@ -11,6 +11,10 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -351,3 +355,57 @@ def test_view_does_not_follow_a_linked_buffers_folder_in_a_run(tmp_path, capsys)
     (run / "buffers").symlink_to(elsewhere)
     assert main(["view", str(run), "-o", str(tmp_path / "p.html")]) == 2
     assert "symbolic link" in capsys.readouterr().err
+
+
+# --------------------------------------------------- a scripted OpenAI-compatible server (pass 3)
+class _Answers(BaseHTTPRequestHandler):
+    """Answers every POST with ``server.answer(n)`` (a JSON-able body, or bytes sent as they are)."""
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        with self.server.lock:
+            n = self.server.calls
+            self.server.calls += 1
+        body = self.server.answer(n)
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextmanager
+def _server(answer: Callable[[int], object]) -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
+    server.answer, server.calls, server.lock = answer, 0, threading.Lock()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def _completion(text: str = "<vote>1</vote> \\boxed{1}", **choice) -> dict:
+    return {"choices": [{"message": {"content": text}, "finish_reason": "stop", **choice}]}
+
+
+@pytest.mark.parametrize("bad", [[5, 2**40], [5, "7"], [-1], "12"])
+def test_a_bad_token_id_from_a_server_forfeits_that_action_only(tmp_path, bad, capsys):
+    """Pass 3, item 6: one out-of-range token id (or a string) failed the save of the whole rollout."""
+    pytest.importorskip("httpx")
+    out = tmp_path / "r.jsonl"
+    with _server(lambda n: _completion(token_ids=bad if n == 0 else [5, 6])) as url:
+        argv = ["rollout", "--games", "1", "--players", "3", "--agent", f"openai:m@{url}", "--quiet",
+                "--out", str(out)]  # fmt: skip
+        assert main(argv) == 0
+    rows = EpisodeBuffer.load(out).rows
+    bad_rows = [r for r in rows if r["error"]]
+    assert len(bad_rows) == 1 and "completion_token_ids" in bad_rows[0]["error"]
+    assert all(r["completion_token_ids"] == [5, 6] for r in rows if not r["error"])
