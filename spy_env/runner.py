@@ -228,7 +228,7 @@ class Runner:
             "completion_mask": [int(x) for x in (action.completion_mask or [])],
             "vote_probs": _vote_probs(action.vote_distribution, self.config.n_players),
             "finish_reason": action.finish_reason or "",
-            "error": action.error or "",
+            "error": safe_reason(action.error),  # no credentials a server echoed
         }
 
     def _fill_rewards(self, slot: _Slot, agent: str, round_: int, info: Mapping[str, Any]) -> None:

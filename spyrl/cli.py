@@ -70,12 +70,16 @@ def _add_game_args(p: argparse.ArgumentParser, default_agent: str = "heuristic")
         metavar="K=SPEC",
         help="agent of seat K (1-based), e.g. --seat 1=random; repeatable",
     )
-    a.add_argument(
+    _add_allow_forfeits(a)
+    _add_sampling_args(p)
+
+
+def _add_allow_forfeits(p: Any) -> None:
+    p.add_argument(
         "--allow-forfeits",
         action="store_true",
         help="exit 0 even when an agent forfeited every action (otherwise 3: its backend is down)",
     )
-    _add_sampling_args(p)
 
 
 def _add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -238,6 +242,16 @@ def _report_forfeits(rows: Sequence[dict[str, Any]], args: argparse.Namespace) -
             )
             code = 3
     return code
+
+
+def _result_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per model call of a results file (``eval``, ``bench``), for :func:`_report_forfeits`."""
+    return [
+        {"agent_name": results["model"], "error": error}
+        for result in results["results"].values()
+        for item in result.get("items", ())
+        for error in item.get("errors", [item.get("error", "")])
+    ]
 
 
 def _results_table(rows: Sequence[dict[str, Any]], n_players: int) -> Table:
@@ -423,6 +437,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     if not args.model:
         raise ValueError(f"spyrl bench {args.set} needs --model SPEC")
+    out = args.out or f"runs/bench/{args.set}-{args.model.replace('/', '_').replace(':', '_')}.json"
+    check_output(out, overwrite=args.overwrite, suffixes=(".json",))
     policy = _load_agent(args.model, args)
     decoding = {
         "temperature": args.temperature,
@@ -438,11 +454,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         results = run_bench(args.set, policy, model=args.model, limit=args.limit, decoding=decoding, seed=args.seed)
     from spyrl.evaluation import save_results
 
-    out = args.out or f"runs/bench/{args.set}-{args.model.replace('/', '_').replace(':', '_')}.json"
     path = save_results(results, out)
     echo(bench_table([results]))
     console.print(f"results written to {markup_safe(path)}")
-    return 0
+    return _report_forfeits(_result_rows(results), args)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -580,7 +595,7 @@ def _eval_benchmarks(args: argparse.Namespace, policy: Any, paths: dict[str, str
     console.print(f"results written to {markup_safe(path)}")
     if args.chart:
         console.print(f"chart written to {markup_safe(plot_results([results], args.chart))}")
-    return 0
+    return _report_forfeits(_result_rows(results), args)
 
 
 def _print_progress(benchmark: str, done: int, total: int) -> None:
@@ -758,6 +773,8 @@ def _add_bench_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out-dir", default=None, help="build: write the sets here instead of the package data")
     p.add_argument("--compare", nargs="+", default=None, metavar="RESULTS", help="tabulate saved results instead")
     p.add_argument("--seed", type=int, default=0, help="seed of the model's sampling")
+    _add_overwrite(p)
+    _add_allow_forfeits(p)
     _add_sampling_args(p)
     p.set_defaults(func=cmd_bench)
 

@@ -359,7 +359,8 @@ def test_view_does_not_follow_a_linked_buffers_folder_in_a_run(tmp_path, capsys)
 
 # --------------------------------------------------- a scripted OpenAI-compatible server (pass 3)
 class _Answers(BaseHTTPRequestHandler):
-    """Answers every POST with ``server.answer(n)`` (a JSON-able body, or bytes sent as they are)."""
+    """Answers every POST with ``server.answer(n)``: a JSON-able body, bytes sent as they are, or
+    ``(status, body)``."""
 
     def do_POST(self):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -367,8 +368,9 @@ class _Answers(BaseHTTPRequestHandler):
             n = self.server.calls
             self.server.calls += 1
         body = self.server.answer(n)
+        status, body = body if isinstance(body, tuple) else (200, body)
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        self.send_response(200)
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -409,3 +411,36 @@ def test_a_bad_token_id_from_a_server_forfeits_that_action_only(tmp_path, bad, c
     bad_rows = [r for r in rows if r["error"]]
     assert len(bad_rows) == 1 and "completion_token_ids" in bad_rows[0]["error"]
     assert all(r["completion_token_ids"] == [5, 6] for r in rows if not r["error"])
+
+
+# ------------------------------------------------------- eval and bench against a dead server (pass 3)
+@pytest.mark.parametrize("command", ["eval", "bench"])
+def test_eval_and_bench_against_a_dead_server_warn_exit_3_and_count_forfeits(tmp_path, command, capsys):
+    """Pass 3, item 8: accuracy 0.0 with exit 0, no warning and no forfeits in the JSON."""
+    pytest.importorskip("httpx")
+    dead = f"openai:m@{_dead_url()}"
+    out = tmp_path / "r.json"
+    if command == "eval":
+        data = tmp_path / "q.jsonl"
+        data.write_text(json.dumps({"question": "1+1?", "answer": "2"}) + "\n")
+        argv = ["eval", "--model", dead, "--data", f"gsm8k={data}", "--limit", "1", "--k", "1", "--out", str(out)]
+    else:
+        argv = ["bench", "detect", "--model", dead, "--limit", "2", "--out", str(out)]
+    assert main(argv) == 3
+    err = capsys.readouterr().err
+    assert "forfeited every action" in err and "Connect" in err
+    result = next(iter(json.loads(out.read_text())["results"].values()))
+    assert result["forfeits"] == result["n"] * result["k"] > 0
+    assert main([*argv, "--overwrite", "--allow-forfeits"]) == 0
+
+
+def test_a_credential_a_server_echoes_is_not_stored_in_the_buffer(tmp_path):
+    """Pass 3, Low: ``Bearer sk-...`` echoed by a server was redacted in logs but stored in the buffer."""
+    pytest.importorskip("httpx")
+    out = tmp_path / "r.jsonl"
+    with _server(lambda n: (401, {"error": "bad key Bearer sk-live-abcdef123456"})) as url:
+        argv = ["rollout", "--games", "1", "--players", "3", "--agent", f"openai:m@{url}", "--quiet",
+                "--allow-forfeits", "--out", str(out)]  # fmt: skip
+        assert main(argv) == 0
+    errors = [r["error"] for r in EpisodeBuffer.load(out).rows]
+    assert all(errors) and not any("sk-live" in e or "abcdef123456" in e for e in errors)

@@ -42,6 +42,7 @@ from spy_env.heldout import Interval, bootstrap
 from spy_env.io import write_text
 from spy_env.policy import Action, Policy
 from spy_env.runner import _call as call_policy
+from spy_env.runner import safe_reason
 
 __all__ = [
     "KINDS",
@@ -263,7 +264,7 @@ def _score_detect(policy: Policy, bench: BenchSet, documents: Sequence[Document]
                 "na_rate": float(vote is None),
                 "valid_vote_rate": float(not infos[voter]["violations"]),
                 "violations": list(infos[voter]["violations"]),
-                "error": action.error or "",
+                "error": safe_reason(action.error),
                 "completion": action.text,
             }
         )
@@ -299,7 +300,7 @@ def _score_spy(policy: Policy, bench: BenchSet, documents: Sequence[Document], g
                 "no_answer_rate": float("no_answer" in perform_violations),
                 "valid_performance_rate": float(not perform_violations),
                 "violations": perform_violations,
-                "error": action.error or "",
+                "error": safe_reason(action.error),
                 "completion": action.text,
             }
         )
