@@ -125,20 +125,61 @@ def _game_config(args: argparse.Namespace) -> GameConfig:
     )
 
 
+# Outputs this command created empty (O_EXCL) before its work, so that a second command writing
+# to the same path is refused at once instead of both reporting success; removed at the end if
+# still empty (the command failed before writing them).
+_RESERVED: list[tuple[Path, int, int]] = []
+
+
+def _reserve(path: Path, flag: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError as e:
+        raise ValueError(
+            f"{flag} {path} exists (another command is writing it?); pass --overwrite to replace it"
+        ) from e
+    st = os.fstat(fd)
+    os.close(fd)
+    _RESERVED.append((path, st.st_dev, st.st_ino))
+
+
+def _release_reservations() -> None:
+    while _RESERVED:
+        path, dev, ino = _RESERVED.pop()
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (dev, ino) and st.st_size == 0:
+            path.unlink(missing_ok=True)
+
+
 def check_output(
-    path: str | os.PathLike, *, overwrite: bool, suffixes: Sequence[str] = (), flag: str = "--out"
+    path: str | os.PathLike,
+    *,
+    overwrite: bool,
+    suffixes: Sequence[str] = (),
+    flag: str = "--out",
+    inputs: Sequence[str | os.PathLike] = (),
 ) -> Path:
-    """Refuse an output path before any work starts: a folder, a wrong suffix, an existing file
-    (unless ``overwrite``), or a parent that cannot be created or written. Missing parent folders
-    are created by the write itself."""
+    """Refuse an output path before any work starts: a folder, a wrong suffix, one of the command's
+    ``inputs`` (even with ``overwrite``), an existing file (unless ``overwrite``), or a parent that
+    cannot be created or written. A new output is created empty and exclusively now (see
+    :data:`_RESERVED`), so two commands never both write it."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{flag} {path} is a folder; give a file name")
     if suffixes and path.suffix.lower() not in suffixes:
         raise ValueError(f"{flag} {path} must end in {' or '.join(suffixes)}")
+    for source in inputs:
+        if path.exists() and Path(source).exists() and os.path.samefile(path, source):
+            raise ValueError(f"{flag} {path} is the input {source}; write the output to another file")
     if path.exists() and not overwrite:
         raise ValueError(f"{flag} {path} exists; pass --overwrite to replace it")
     _check_parent(path.parent, flag, path)
+    if not path.exists():
+        _reserve(path, flag)
     return path
 
 
@@ -152,6 +193,9 @@ def check_output_dir(folder: str | os.PathLike, names: Sequence[str], *, overwri
         if taken:
             raise ValueError(f"{flag} {folder} already holds {', '.join(taken)}; pass --overwrite")
     _check_parent(folder, flag, folder)
+    for name in names:
+        if not (folder / name).exists():
+            _reserve(folder / name, flag)
     return folder
 
 
@@ -470,6 +514,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.print_config:
         print(config.to_yaml(), end="")
         return 0
+    _check_run_folder(Path(config.output_dir), resume=args.resume)
     from trainers.grpo import SpyRLTrainer
     from trainers.plot import plot_run
 
@@ -485,6 +530,20 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"{last.get('env/detection_accuracy', float('nan')):.3f}; curves in {markup_safe(path)}"
     )
     return 0
+
+
+def _check_run_folder(output_dir: Path, *, resume: str | None) -> None:
+    """A new run gets a folder of its own: one that holds a run already is refused (its checkpoints
+    would be replaced, ``latest`` moved back and metrics.jsonl would mix both runs) unless resumed."""
+    if resume or int(os.environ.get("RANK", "0") or 0) != 0:  # under a launcher, rank 0 checks for all
+        return
+    held = [name for name in ("metrics.jsonl", "checkpoints") if (output_dir / name).exists()]
+    if held:
+        raise ValueError(
+            f"output_dir {output_dir} already holds a run ({', '.join(held)}); pass --resume latest to continue "
+            "it, or choose another folder"
+        )
+    check_output(output_dir / "metrics.jsonl", overwrite=False, flag="output_dir")
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -605,6 +664,7 @@ def _print_progress(benchmark: str, done: int, total: int) -> None:
 def cmd_view(args: argparse.Namespace) -> int:
     from spyrl.viewer import write_page
 
+    check_output(args.out, overwrite=args.overwrite, suffixes=(".html", ".htm"), flag="--out", inputs=[args.input])
     try:
         path = write_page(
             args.input,
@@ -691,6 +751,7 @@ def _add_view_command(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--max-games", type=int, default=None, help="at most this many games of a buffer")
     p.add_argument("--games-per-iteration", type=int, default=6, help="sample games per iteration of a run")
+    _add_overwrite(p)
     p.set_defaults(func=cmd_view)
 
 
@@ -838,11 +899,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        errors.print("[red]interrupted[/red]", highlight=False)
+        return 130
     except Exception as e:
         if args.debug or not _user_error(e):
             raise
         errors.print("[red]error:[/red] " + markup_safe(_one_line(e)), highlight=False, soft_wrap=True)
         return 2
+    finally:
+        _release_reservations()
 
 
 if __name__ == "__main__":

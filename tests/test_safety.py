@@ -444,3 +444,88 @@ def test_a_credential_a_server_echoes_is_not_stored_in_the_buffer(tmp_path):
         assert main(argv) == 0
     errors = [r["error"] for r in EpisodeBuffer.load(out).rows]
     assert all(errors) and not any("sk-live" in e or "abcdef123456" in e for e in errors)
+
+
+# ------------------------------------------------------------------------- outputs (pass 3)
+def test_view_never_writes_over_its_input_or_an_existing_file(tmp_path, capsys):
+    """Pass 3, item 5: ``view X.parquet -o X.parquet`` replaced the buffer with HTML; ``view`` overwrote any file."""
+    buffer = _buffer(tmp_path)
+    before = buffer.read_bytes()
+    for out in (buffer, tmp_path / "page.html"):
+        (tmp_path / "page.html").write_text("mine")
+        assert main(["view", str(buffer), "-o", str(out), "--overwrite"]) == (2 if out == buffer else 0)
+    assert buffer.read_bytes() == before
+    (tmp_path / "page.html").write_text("mine")
+    assert main(["view", str(buffer), "-o", str(tmp_path / "page.html")]) == 2
+    assert "exists" in capsys.readouterr().err and (tmp_path / "page.html").read_text() == "mine"
+
+
+def test_bench_refuses_an_existing_out_before_the_run(tmp_path, capsys, monkeypatch):
+    """Pass 3, item 5: ``bench --out`` overwrote any file, and checked only after the run."""
+    import spyrl.evaluation.bench as bench
+
+    monkeypatch.setattr(bench, "run_bench", lambda *a, **k: pytest.fail("the run started"))
+    out = tmp_path / "r.json"
+    out.write_text("mine")
+    assert main(["bench", "detect", "--model", "heuristic", "--out", str(out)]) == 2
+    assert out.read_text() == "mine" and "--overwrite" in capsys.readouterr().err
+
+
+def test_training_into_a_folder_that_holds_a_run_is_refused(tmp_path, capsys):
+    """Pass 3, item 5: a second run into one folder replaced checkpoints and mixed metrics.jsonl."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"iteration": 1}\n')
+    assert main(["train", "--preset", "cpu-smoke", "--output-dir", str(run)]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert (run / "metrics.jsonl").read_text() == '{"iteration": 1}\n'
+
+
+def _spyrl_process(*args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, "-m", "spyrl", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def test_two_rollouts_to_one_path_do_not_both_succeed(tmp_path, capsys):
+    """Pass 3, item 5: two concurrent ``rollout --out`` to one path both reported success; one result was lost."""
+    import time
+
+    out = tmp_path / "r.jsonl"
+    first = _spyrl_process("rollout", "--games", "400", "--players", "3", "--quiet", "--out", str(out))
+    try:
+        deadline = time.monotonic() + 120
+        while not out.exists() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # reserved (created empty) at the start, not only written at the end
+        assert out.exists() and out.stat().st_size == 0, "the first rollout did not reserve its output"
+        assert main(["rollout", "--games", "1", "--players", "3", "--quiet", "--out", str(out)]) == 2
+        assert "exists" in capsys.readouterr().err
+        _, err = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 0, err
+    assert len(EpisodeBuffer.load(out)) == 400 * 2 * 3
+
+
+def test_ctrl_c_is_one_line_and_leaves_no_empty_output(tmp_path):
+    """Pass 3, Tracebacks: Ctrl-C printed a traceback."""
+    import time
+
+    out = tmp_path / "r.jsonl"
+    proc = _spyrl_process("rollout", "--games", "5000", "--players", "3", "--quiet", "--out", str(out))
+    try:
+        deadline = time.monotonic() + 120
+        while not out.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and "Traceback" not in err and "interrupted" in err
+    assert not out.exists()
