@@ -529,3 +529,49 @@ def test_ctrl_c_is_one_line_and_leaves_no_empty_output(tmp_path):
             proc.wait()
     assert proc.returncode == 130 and "Traceback" not in err and "interrupted" in err
     assert not out.exists()
+
+
+# ------------------------------------------------------- loaded buffers: by content, range-checked (pass 3)
+@pytest.mark.parametrize("command", ["view", "replay"])
+@pytest.mark.parametrize(
+    "field, value",
+    [("seat", 2**31 - 1), ("seat", -1), ("spy_seat", 99), ("vote", 2**31 - 1), ("round", 2**31 - 1)],
+)
+def test_numbers_a_game_cannot_produce_are_refused(tmp_path, command, field, value, capsys):
+    """Pass 3, item 7 and Tracebacks: seat 2**31-1 made ``view`` take 15 GB and ``replay`` loop 2**31
+    times; a negative seat was an IndexError."""
+    path = _buffer(tmp_path, **{field: value})
+    argv = ["view", str(path), "-o", str(tmp_path / "p.html")] if command == "view" else ["replay", str(path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{field} {value} is outside" in err and "games.jsonl" in err and "row 1" in err
+
+
+@pytest.mark.parametrize("content", [b"PAR1 garbage PAR1", b"", b"not json\n{oops\n", b'{"game_id": 1}\n'])
+def test_view_of_a_bad_buffer_is_a_one_line_error(tmp_path, content, capsys):
+    """Pass 3, Tracebacks: ``view`` on garbage/empty parquet and non-JSON JSONL were tracebacks."""
+    suffix = ".parquet" if content.startswith(b"PAR1") or not content else ".jsonl"
+    path = tmp_path / f"b{suffix}"
+    path.write_bytes(content)
+    code = main(["view", str(path), "-o", str(tmp_path / "p.html")])
+    assert code == (0 if content.startswith(b'{"game_id"') else 2)  # a sparse row is filled with defaults
+    if code:
+        assert "error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_a_buffer_replaced_with_the_same_mtime_is_read_again(tmp_path, suffix, capsys):
+    """Pass 3, item 9: ``replay``/``view`` showed stale rows from the ``datasets`` cache after ``cp -p``."""
+    row = {"run_id": "r", "game_id": 0, "document_id": "doc", "stage": "perform", "seat": 0, "role": "spy",
+           "agent_name": "h", "spy_seat": 0}  # fmt: skip
+    path = tmp_path / f"b{suffix}"
+    EpisodeBuffer([{**row, "completion": "FIRST-TEXT"}]).save(path)
+    stamp = path.stat().st_mtime_ns
+    assert EpisodeBuffer.load(path).rows[0]["completion"] == "FIRST-TEXT"
+    assert main(["view", str(path), "-o", str(tmp_path / "a.html")]) == 0
+    EpisodeBuffer([{**row, "completion": "OTHER-TEXT"}]).save(path)
+    os.utime(path, ns=(stamp, stamp))
+    assert EpisodeBuffer.load(path).rows[0]["completion"] == "OTHER-TEXT"
+    assert main(["view", str(path), "-o", str(tmp_path / "b.html")]) == 0
+    page = (tmp_path / "b.html").read_text()
+    assert "OTHER-TEXT" in page and "FIRST-TEXT" not in page

@@ -95,18 +95,18 @@ def input_kind(path: str | os.PathLike) -> str:
 
 # --------------------------------------------------------------------- reading
 def _iter_rows(path: Path) -> Iterator[dict[str, Any]]:
-    """Buffer rows through ``datasets`` (the buffer's own code path), in batches, only needed columns."""
-    from datasets import load_dataset
+    """Buffer rows through the buffer's own reader (read by content, range-checked), only needed columns."""
+    from spy_env.buffer import checked_row, read_dataset
 
-    from spy_env.buffer import features
-
-    builder = "parquet" if path.suffix.lower() == ".parquet" else "json"
-    dataset = load_dataset(builder, data_files=str(path), split="train", features=features())
-    dataset = dataset.select_columns(list(_COLUMNS))
+    dataset = read_dataset(path).select_columns(list(_COLUMNS))
+    number = 0
     for batch in dataset.iter(batch_size=2048):
         names = list(batch)
         for values in zip(*(batch[n] for n in names), strict=True):
-            row = dict(zip(names, values, strict=True))
+            number += 1
+            row = {
+                k: v for k, v in checked_row(dict(zip(names, values, strict=True)), path, number).items() if k in batch
+            }
             # Only the performing prompts of round 1 are read (for the copies); vote prompts are large.
             prompt = row.pop("prompt")
             row["copy"] = _copy_in(prompt) if row["stage"] == Stage.PERFORM and row["round"] == 0 else None
