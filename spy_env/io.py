@@ -11,6 +11,7 @@ may itself be a link (that is their choice).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 import tempfile
@@ -21,8 +22,10 @@ from typing import Any
 __all__ = [
     "atomic_path",
     "folder_file",
+    "parse_json",
     "pid_alive",
     "read_folder_file",
+    "read_json",
     "remove_stale_temporaries",
     "save_figure",
     "write_text",
@@ -142,3 +145,22 @@ def read_folder_file(folder: str | os.PathLike, relative: str | os.PathLike, *, 
     if len(data) > max_bytes:
         raise ValueError(f"{str(path)!r} is larger than {max_bytes} bytes")
     return data
+
+
+def parse_json(text: str, where: str) -> Any:
+    """``json.loads(text)``; malformed or absurdly nested JSON is a ``ValueError`` naming ``where``."""
+    try:
+        return json.loads(text)
+    except RecursionError as e:  # "[[[[..." 50k deep: the decoder recurses per level
+        raise ValueError(f"{where} is nested too deeply to be read") from e
+    except ValueError as e:
+        raise ValueError(f"{where} is not JSON ({e})") from e
+
+
+def read_json(path: str | os.PathLike, what: str) -> Any:
+    """The JSON value of the file ``path`` (a ``what``); errors are a ``ValueError`` naming it."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{what} {str(path)!r} is not UTF-8 text") from e
+    return parse_json(text, f"{what} {str(path)!r}")

@@ -683,12 +683,9 @@ def cmd_view(args: argparse.Namespace) -> int:
 
 
 def _read_results(path: str) -> dict[str, Any]:
-    try:
-        results = json.loads(check_input(path, "results file").read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:
-        raise ValueError(f"results file {path} is not UTF-8 text") from e
-    except json.JSONDecodeError as e:
-        raise ValueError(f"results file {path} is not JSON ({e})") from e
+    from spy_env.io import read_json
+
+    results = read_json(check_input(path, "results file"), "results file")
     entries = results.get("results") if isinstance(results, dict) else None
     if not isinstance(entries, dict) or not all(
         isinstance(r, dict) and all(isinstance(r.get(k), (int, float)) for k in ("accuracy", "n", "k"))

@@ -575,3 +575,44 @@ def test_a_buffer_replaced_with_the_same_mtime_is_read_again(tmp_path, suffix, c
     assert main(["view", str(path), "-o", str(tmp_path / "b.html")]) == 0
     page = (tmp_path / "b.html").read_text()
     assert "OTHER-TEXT" in page and "FIRST-TEXT" not in page
+
+
+# ------------------------------------------------------------ tracebacks instead of error: (pass 3)
+def _deep(depth: int = 50_000) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["summary-config-string", "summary-deep", "metrics-deep", "plot-deep", "tokenizer-passwd", "eval-columns",
+     "bench-markup-out"],
+)  # fmt: skip
+def test_more_mistakes_are_one_line_errors(tmp_path, case, capsys, monkeypatch):
+    """Pass 3, Tracebacks: each of these was a traceback (or, for bench --out, a MarkupError)."""
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "t"
+    folder.mkdir()
+    expected = 2
+    if case == "summary-config-string":
+        (folder / "summary.json").write_text(json.dumps({"metrics": {}, "config": "a string"}))
+        argv = ["view", str(folder), "-o", "p.html"]
+    elif case == "summary-deep":
+        (folder / "summary.json").write_text(_deep())
+        argv = ["view", str(folder), "-o", "p.html"]
+    elif case in ("metrics-deep", "plot-deep"):
+        (folder / "metrics.jsonl").write_text(_deep() + "\n")
+        argv = ["view", str(folder), "-o", "p.html"] if case == "metrics-deep" else ["plot", str(folder)]
+    elif case == "tokenizer-passwd":
+        argv = ["view", str(_buffer(tmp_path)), "-o", "p.html", "--tokenizer", "/etc/passwd"]
+    elif case == "eval-columns":
+        (tmp_path / "q.jsonl").write_text(json.dumps({"foo": 1}) + "\n")
+        argv = ["eval", "--model", "heuristic", "--data", "gsm8k=q.jsonl", "--out", "e.json"]
+    else:
+        argv = ["bench", "detect", "--model", "heuristic", "--limit", "1", "--out", "r[/]x.json"]
+        expected = 0
+    assert main(argv) == expected
+    captured = capsys.readouterr()
+    if expected:
+        assert captured.err.startswith("error:") and len(captured.err.strip().splitlines()) == 1, captured.err
+    else:
+        assert "r[/]x.json" in captured.out

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import json
 import logging
 import math
 import os
@@ -34,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from spy_env.io import folder_file, read_folder_file
+from spy_env.io import folder_file, read_folder_file, read_json
 from spy_env.stage import Stage
 
 logger = logging.getLogger(__name__)
@@ -132,7 +131,10 @@ def load_tokenizer(path: str | os.PathLike) -> Decoder:
         from tokenizers import Tokenizer
     except ImportError as e:
         raise ImportError("decoding tokens needs `pip install tokenizers` (in the hf extra)") from e
-    tokenizer = Tokenizer.from_file(str(path))
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises a bare Exception for any bad file
+        raise ValueError(f"{str(path)!r} is not a tokenizer.json ({' '.join(str(e).split())[:200]})") from e
     cache: dict[int, str] = {}
 
     def decode(ids: Sequence[int]) -> list[str]:
@@ -389,9 +391,12 @@ def tournament_payload(path: str | os.PathLike, *, decode: Decoder | None = None
     summary_path = path / "summary.json" if path.is_dir() else path
     if path.is_dir():
         folder_file(path, "summary.json")
-    summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    summary = read_json(summary_path, "tournament summary")
     if not isinstance(summary, dict) or "metrics" not in summary:
         raise ValueError(f"{str(summary_path)!r} is not a tournament summary (no 'metrics')")
+    for key in ("metrics", "ratings", "config"):
+        if not isinstance(summary.get(key) or {}, dict):
+            raise ValueError(f"{str(summary_path)!r} is not a tournament summary ({key!r} is not an object)")
     folder = summary_path.parent
     documents: dict[str, dict[str, str]] = {}
     games: list[dict[str, Any]] = []
