@@ -616,3 +616,66 @@ def test_more_mistakes_are_one_line_errors(tmp_path, case, capsys, monkeypatch):
         assert captured.err.startswith("error:") and len(captured.err.strip().splitlines()) == 1, captured.err
     else:
         assert "r[/]x.json" in captured.out
+
+
+# ---------------------------------------------------------- openai backend: deadline and size cap (pass 3)
+class _Drip(BaseHTTPRequestHandler):
+    """Sends headers, then one byte of a never-ending body every 0.1 s (bounded: 600 bytes)."""
+
+    def do_POST(self):
+        import time
+
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "100000")
+        self.end_headers()
+        try:
+            for _ in range(600):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(0.1)
+        except OSError:  # the client gave up
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+def _policy(url: str, **kwargs):
+    from agents.openai_compat import OpenAIPolicy
+
+    return OpenAIPolicy("m", url, max_retries=0, **kwargs)
+
+
+_QUESTION = {"system": "", "prompt": "1+1?", "copy": "", "stage": 0, "seat": 0, "performances": ()}
+
+
+def test_a_server_dripping_bytes_cannot_hold_a_request_past_the_deadline():
+    """Pass 3, item 7: a per-read timeout only; a byte every 0.5 s held a request indefinitely."""
+    import time
+
+    pytest.importorskip("httpx")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Drip)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        start = time.monotonic()
+        [action] = _policy(f"http://127.0.0.1:{server.server_address[1]}/v1", timeout=1.0).act([_QUESTION])
+        elapsed = time.monotonic() - start
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert action.error and "within 1 s" in action.error and elapsed < 10
+
+
+def test_a_response_larger_than_the_cap_is_a_forfeit():
+    """Pass 3, item 7: no response-size cap."""
+    pytest.importorskip("httpx")
+    huge = json.dumps(_completion("x" * 300_000)).encode()
+    with _server(lambda n: huge) as url:
+        [action] = _policy(url, max_response_bytes=100_000).act([_QUESTION])
+        [fine] = _policy(url).act([_QUESTION])
+    assert action.error and "larger than 100000 bytes" in action.error
+    assert fine.error is None and len(fine.text) == 300_000
