@@ -679,3 +679,26 @@ def test_a_response_larger_than_the_cap_is_a_forfeit():
         [fine] = _policy(url).act([_QUESTION])
     assert action.error and "larger than 100000 bytes" in action.error
     assert fine.error is None and len(fine.text) == 300_000
+
+
+def test_a_yaml_alias_bomb_in_the_corpus_is_refused_at_once(tmp_path):
+    """Pass 3, item 7: a 344-byte alias bomb in ``game.corpus`` (any type accepted) ran past 120 s and 3.5 GB."""
+    levels = [f"&a0 [{','.join('x' * 9)}]"]
+    for i in range(1, 10):
+        levels.append(f"&a{i} [{levels[-1]}, {', '.join(f'*a{i - 1}' for _ in range(8))}]")
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(f"preset: cpu-smoke\ngame:\n  corpus: {levels[-1]}\n")
+    assert len(bomb.read_bytes()) < 1000
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "spyrl", "train", "--config", str(bomb), "--print-config"],
+                          capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.startswith("error: GameConfig.corpus must be"), proc.stderr[-500:]
+    assert len(proc.stderr) < 2000
+
+
+@pytest.mark.parametrize("corpus", [[[1]], [{"text": [[1]]}], 5, {"a": 1}])
+def test_a_corpus_of_the_wrong_shape_is_refused_by_name(corpus):
+    from spy_env.config import GameConfig
+
+    with pytest.raises(ValueError, match=r"GameConfig\.corpus must be"):
+        GameConfig(corpus=corpus)
