@@ -702,3 +702,25 @@ def test_a_corpus_of_the_wrong_shape_is_refused_by_name(corpus):
 
     with pytest.raises(ValueError, match=r"GameConfig\.corpus must be"):
         GameConfig(corpus=corpus)
+
+
+@pytest.mark.parametrize("kind", ["repetitive", "shuffled"])
+def test_the_viewers_source_copy_diff_is_bounded(kind):
+    """Pass 3, item 7: the viewer's source/copy diff was quadratic (20 s at 8k words)."""
+    import time
+
+    from spyrl.viewer.payload import copy_spans
+
+    if kind == "repetitive":
+        source, copy = "a " * 8000, "a b " * 4000
+    else:
+        source = " ".join(f"w{i % 150}" for i in range(8000))
+        copy = " ".join(f"w{(i * 7) % 150}" for i in range(8000))
+    start = time.monotonic()
+    spans = copy_spans(source, copy)
+    assert time.monotonic() - start < 3
+    rebuilt, last = [], 0  # the spans still turn the source into the copy
+    for begin, end, replacement in spans:
+        rebuilt += [source[last:begin], replacement]
+        last = end
+    assert "".join(rebuilt) + source[last:] == copy

@@ -169,7 +169,9 @@ def copy_spans(source: str, spy_copy: str) -> list[list[Any]]:
     if source == spy_copy:
         return []
     a, b = _WORDS.findall(source), _WORDS.findall(spy_copy)
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    matcher = _matcher(a, b)
+    if matcher is None:  # too repetitive to diff in bounded time: what lies between the common ends
+        return [_between_common_ends(source, spy_copy)]
     words = sum(1 for w in b if not w.isspace())
     kept = sum(1 for m in matcher.get_matching_blocks() for w in b[m.b : m.b + m.size] if not w.isspace())
     if kept < 0.3 * words or not words:  # hardly a word of the copy comes from the source
@@ -186,6 +188,35 @@ def copy_spans(source: str, spy_copy: str) -> list[list[Any]]:
             end, replacement = end - 1, replacement[:-1]
         spans.append([start, end, replacement])
     return spans
+
+
+# The work a word diff may do: difflib's longest-match search visits, for every word of the
+# source, every place that word occurs in the copy. A buffer's copies are untrusted text, and
+# "a a a ..." against "a b a b ..." costs ~n^2 per search (20 s at 8k words); beyond this budget
+# difflib's own popularity heuristic (autojunk) is used, and beyond it again no word diff at all
+# (the longest embedded document costs ~1.2k).
+_DIFF_BUDGET = 50_000
+
+
+def _matcher(a: Sequence[str], b: Sequence[str]) -> difflib.SequenceMatcher | None:
+    """A word matcher whose work stays within :data:`_DIFF_BUDGET`, or ``None``."""
+    counts: dict[str, int] = {}
+    for word in b:
+        counts[word] = counts.get(word, 0) + 1
+    if sum(counts.get(word, 0) for word in a) <= _DIFF_BUDGET:
+        return difflib.SequenceMatcher(None, a, b, autojunk=False)
+    popular = len(b) // 100 + 1 if len(b) >= 200 else len(b) + 1  # difflib's autojunk rule
+    if sum(n for word in a if (n := counts.get(word, 0)) <= popular) <= _DIFF_BUDGET:
+        return difflib.SequenceMatcher(None, a, b, autojunk=True)
+    return None
+
+
+def _between_common_ends(source: str, spy_copy: str) -> list[Any]:
+    """One span: ``source`` less its longest common prefix and suffix with ``spy_copy``."""
+    shortest = min(len(source), len(spy_copy))
+    start = next((i for i in range(shortest) if source[i] != spy_copy[i]), shortest)
+    tail = next((i for i in range(shortest - start) if source[-1 - i] != spy_copy[-1 - i]), shortest - start)
+    return [start, len(source) - tail, spy_copy[start : len(spy_copy) - tail]]
 
 
 def degradation_of(source: str, spy_copy: str, spans: Sequence[Sequence[Any]]) -> str:
