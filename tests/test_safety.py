@@ -724,3 +724,14 @@ def test_the_viewers_source_copy_diff_is_bounded(kind):
         rebuilt += [source[last:begin], replacement]
         last = end
     assert "".join(rebuilt) + source[last:] == copy
+
+
+@pytest.mark.parametrize("assignment, field", [("device=tpu", "device"), ("report_to=[[1]]", "report_to"),
+                                               ("seed=-1", "seed")])  # fmt: skip
+def test_bad_train_settings_are_refused_before_anything_is_written(tmp_path, assignment, field, capsys):
+    """Pass 3, Tracebacks: ``device=tpu`` failed after writing outputs, ``report_to=[[1]]`` was a
+    TypeError, ``seed=-1`` an error naming no field."""
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "cpu-smoke", "--output-dir", str(run), "--set", assignment]) == 2
+    assert f"SpyRLConfig.{field} must be" in capsys.readouterr().err
+    assert not run.exists() or not any(run.iterdir())
