@@ -22,6 +22,7 @@ from typing import Any
 __all__ = [
     "atomic_path",
     "folder_file",
+    "honour_umask",
     "parse_json",
     "pid_alive",
     "read_folder_file",
@@ -164,3 +165,12 @@ def read_json(path: str | os.PathLike, what: str) -> Any:
     except UnicodeDecodeError as e:
         raise ValueError(f"{what} {str(path)!r} is not UTF-8 text") from e
     return parse_json(text, f"{what} {str(path)!r}")
+
+
+def honour_umask(folder: str | os.PathLike) -> None:
+    """Give every file under ``folder`` the permissions a plain ``open`` would (``0o666`` less the
+    umask): libraries that write through ``mkstemp`` (safetensors) leave ``0600``."""
+    mode = 0o666 & ~_umask()
+    for path in Path(folder).rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            os.chmod(path, mode)

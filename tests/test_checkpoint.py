@@ -269,3 +269,14 @@ def test_a_symbolic_link_in_a_checkpoint_is_refused(tmp_path, kind):
     ckpt.write_manifest(folder)
     with pytest.raises(ckpt.CheckpointError, match="symbolic link"):
         ckpt.open_checkpoint(folder.parent, "latest")
+
+
+def test_checkpoint_files_honour_the_umask(trained_run):
+    """Pass 3, Low: ``*.safetensors`` were written 0600 under umask 022."""
+    import stat
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    files = [p for p in (trained_run[0] / "checkpoints").rglob("*") if p.is_file()]
+    assert any(p.suffix == ".safetensors" for p in files)
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in files} == {p.name: 0o666 & ~mask for p in files}

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from spy_env.io import pid_alive, write_text
+from spy_env.io import honour_umask, pid_alive, write_text
 
 if TYPE_CHECKING:
     from trainers.grpo import SpyRLTrainer
@@ -341,6 +341,7 @@ def save_trainer(trainer: SpyRLTrainer) -> Path:
     trainer.unwrapped.save_pretrained(tmp / "model", state_dict=state_dict)
     trainer.tokenizer.save_pretrained(tmp / "model")
     write_state(tmp, *_trainer_state(trainer))
+    honour_umask(tmp)
     write_manifest(tmp)
     shutil.rmtree(target, ignore_errors=True)
     os.replace(tmp, target)
