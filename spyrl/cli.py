@@ -209,6 +209,14 @@ def _check_parent(parent: Path, flag: str, path: Path) -> None:
         raise ValueError(f"{flag} {path}: folder {existing} is not writable")
 
 
+def _require_matplotlib(what: str) -> None:
+    """Fail before the work, not after it, when the output needs matplotlib."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as e:
+        raise ImportError(f"the {what} needs matplotlib: pip install matplotlib") from e
+
+
 def check_input(path: str | os.PathLike, what: str) -> Path:
     path = Path(path)
     if not path.exists():
@@ -452,6 +460,7 @@ def cmd_tournament(args: argparse.Namespace) -> int:
     if len(set(names)) != len(names):
         raise ValueError(f"--agents lists an agent twice: {args.agents!r}")
     check_output_dir(args.out, TOURNAMENT_FILES, overwrite=args.overwrite, flag="--out")
+    _require_matplotlib("tournament's chart.png")
     policies = {name: _load_agent(name, args) for name in names}
     result = run_tournament(
         policies,
@@ -560,6 +569,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     if args.chart:
         check_output(args.chart, overwrite=args.overwrite, suffixes=(".png",), flag="--chart")
+        _require_matplotlib("--chart")
     if args.compare:
         return _eval_compare(args)
     if not args.model:

@@ -735,3 +735,16 @@ def test_bad_train_settings_are_refused_before_anything_is_written(tmp_path, ass
     assert main(["train", "--preset", "cpu-smoke", "--output-dir", str(run), "--set", assignment]) == 2
     assert f"SpyRLConfig.{field} must be" in capsys.readouterr().err
     assert not run.exists() or not any(run.iterdir())
+
+
+def test_a_tournament_without_matplotlib_fails_before_the_games(tmp_path, capsys, monkeypatch):
+    """Pass 3, Low: ``tournament`` without matplotlib failed after playing every game."""
+    import spyrl.evaluation.tournament as tournament
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    monkeypatch.setattr(tournament, "run_tournament", lambda *a, **k: pytest.fail("the games started"))
+    argv = ["tournament", "--agents", "heuristic,random", "--games", "1", "--players", "3", "--quiet",
+            "--out", str(tmp_path / "t")]  # fmt: skip
+    assert main(argv) == 2
+    assert "needs matplotlib" in capsys.readouterr().err
+    assert not list((tmp_path / "t").glob("*"))  # the reserved outputs are released
