@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
@@ -84,6 +85,7 @@ RANGES: dict[str, tuple[int, int]] = {
     "round": (0, MAX_ROUNDS - 1),
     "game_id": (0, 2**53),
 }
+FINITE = ("reward", "reward_detect", "reward_perform", "reward_penalty")
 
 
 def row_problem(row: Mapping[str, Any]) -> str | None:
@@ -91,11 +93,17 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
 
     >>> row_problem({"seat": 2**31 - 1}), row_problem({"seat": 2, "vote": -1})
     ('seat 2147483647 is outside 0..9', None)
+    >>> row_problem({"reward": float("nan")})
+    'reward nan is not a finite number'
     """
     for name, (low, high) in RANGES.items():
         value = row.get(name)
         if value is not None and not low <= value <= high:
             return f"{name} {value} is outside {low}..{high}"
+    for name in FINITE:
+        value = row.get(name)
+        if value is not None and not math.isfinite(value):
+            return f"{name} {value} is not a finite number"
     return None
 
 

@@ -748,3 +748,15 @@ def test_a_tournament_without_matplotlib_fails_before_the_games(tmp_path, capsys
     assert main(argv) == 2
     assert "needs matplotlib" in capsys.readouterr().err
     assert not list((tmp_path / "t").glob("*"))  # the reserved outputs are released
+
+
+@pytest.mark.parametrize("command", ["view", "replay"])
+def test_a_nan_reward_is_an_error_naming_the_file_and_row(tmp_path, command, capsys):
+    """Pass 3, Tracebacks: a NaN reward's error ("Out of range float values ...") named no file."""
+    row = {"run_id": "r", "game_id": 0, "document_id": "doc", "stage": "perform", "seat": 0, "role": "spy",
+           "agent_name": "h", "spy_seat": 0, "reward": float("nan")}  # fmt: skip
+    path = EpisodeBuffer([row]).save(tmp_path / "nan.parquet")
+    argv = ["view", str(path), "-o", str(tmp_path / "p.html")] if command == "view" else ["replay", str(path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "nan.parquet" in err and "row 1" in err and "reward nan is not a finite number" in err
