@@ -21,6 +21,7 @@ from typing import Any
 
 __all__ = [
     "atomic_path",
+    "check_tree",
     "folder_file",
     "honour_umask",
     "parse_json",
@@ -174,3 +175,21 @@ def honour_umask(folder: str | os.PathLike) -> None:
     for path in Path(folder).rglob("*"):
         if path.is_file() and not path.is_symlink():
             os.chmod(path, mode)
+
+
+def check_tree(folder: str | os.PathLike, suffixes: frozenset[str], *, free: str | None = None) -> None:
+    """Every entry under ``folder`` is a folder or a regular file whose suffix is in ``suffixes``
+    (files under the subfolder ``free`` may have any suffix); a symbolic link, to a file or a
+    folder, or anything else is a ``ValueError`` naming it."""
+    folder = Path(folder)
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        here = Path(dirpath)
+        any_suffix = free is not None and here.relative_to(folder).parts[:1] == (free,)
+        for name in [*dirnames, *filenames]:
+            path = here / name
+            if path.is_symlink():
+                raise ValueError(f"{path} is a symbolic link; only regular files are read")
+            if name in filenames and not path.is_file():
+                raise ValueError(f"{path} is not a regular file")
+            if name in filenames and not any_suffix and path.suffix.lower() not in suffixes:
+                raise ValueError(f"{path} is not a data file (allowed: {', '.join(sorted(suffixes))})")

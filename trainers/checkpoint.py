@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from spy_env.io import honour_umask, pid_alive, write_text
+from spy_env.io import check_tree, honour_umask, pid_alive, write_text
 
 if TYPE_CHECKING:
     from trainers.grpo import SpyRLTrainer
@@ -50,7 +50,6 @@ __all__ = [
     "STATE_FILE",
     "TENSORS_FILE",
     "CheckpointError",
-    "check_data_only",
     "check_finite_files",
     "first_non_finite",
     "load_trainer",
@@ -72,11 +71,8 @@ STATE_FILE = "trainer_state.json"
 TENSORS_FILE = "trainer_state.safetensors"
 MANIFEST_FILE = "manifest.json"
 FORMAT = 2  # 1: trainer_state.pt (pickle), no longer read
-# What a single-process checkpoint may hold outside ``accelerate/``: tensors in safetensors, the
-# rest as text (configs, tokenizer files, chat template, PEFT's README); never a pickle format
-# (``.bin``, ``.pt``, ``.pth``, ``.pkl``, ``.ckpt``) that transformers would load with torch.load.
+# What a checkpoint may hold outside accelerate/: never a pickle format (.bin, .pt, .pkl, ...)
 DATA_SUFFIXES = frozenset({".safetensors", ".json", ".txt", ".model", ".jinja", ".md"})
-ACCELERATE_FOLDER = "accelerate"
 
 
 class CheckpointError(ValueError):
@@ -116,7 +112,10 @@ def remove_stale_staging(root: Path) -> None:
 def open_checkpoint(root: Path, path: str) -> Path:
     """Resolve ``path`` (or ``"latest"``), then verify its manifest and that its tensors are finite."""
     folder = resolve_checkpoint(root, path)
-    check_data_only(folder)
+    try:
+        check_tree(folder, DATA_SUFFIXES, free="accelerate")
+    except ValueError as e:
+        raise CheckpointError(f"{e}; resume reads weights only from safetensors") from e
     verify_manifest(folder)
     check_finite_files(folder)
     return folder
@@ -135,27 +134,6 @@ def _files(folder: Path) -> list[str]:
     return sorted(
         p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST_FILE
     )
-
-
-def check_data_only(folder: Path) -> None:
-    """Every entry under ``folder`` is a folder or a regular file of :data:`DATA_SUFFIXES` (files
-    under ``accelerate/``, written by accelerate in multi-process runs, are regular files of any
-    kind); a symbolic link or anything else is a :class:`CheckpointError` naming it."""
-    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
-        here = Path(dirpath)
-        in_accelerate = here.relative_to(folder).parts[:1] == (ACCELERATE_FOLDER,)
-        for name in [*dirnames, *filenames]:
-            path = here / name
-            if path.is_symlink():
-                raise CheckpointError(f"{path} is a symbolic link; a checkpoint holds regular files only")
-            if name in filenames:
-                if not path.is_file():
-                    raise CheckpointError(f"{path} is not a regular file")
-                if not in_accelerate and name != MANIFEST_FILE and path.suffix.lower() not in DATA_SUFFIXES:
-                    raise CheckpointError(
-                        f"{path} is not a data file (allowed: {', '.join(sorted(DATA_SUFFIXES))}); "
-                        "resume reads weights only from safetensors"
-                    )
 
 
 def write_manifest(folder: Path) -> None:

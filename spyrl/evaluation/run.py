@@ -78,23 +78,26 @@ def evaluate(
                 logger.debug("%s: %d/%d completions", name, done, len(requests))
                 if progress is not None:
                     progress(name, done, len(requests))
-            per_item: list[dict[str, Any]] = [
-                {"id": item.id, "gold": item.gold, "answers": [], "correct": [], "errors": []} for item in items
-            ]
-            for (i, item), action in zip(requests, completions, strict=True):
-                completion = action.text
-                answer = mc_letter(completion) if item.kind == "mc" else extract_answer(completion)
-                per_item[i]["answers"].append(answer)
-                per_item[i]["correct"].append(scorer.score(item.gold, completion, item.kind))
-                per_item[i]["errors"].append(safe_reason(action.error))
-            accuracy = float(np.mean([np.mean(r["correct"]) for r in per_item]))
-            forfeits = sum(bool(e) for r in per_item for e in r["errors"])
-            out["results"][name] = {
-                "n": len(items), "k": samples, "accuracy": accuracy, "forfeits": forfeits, "items": per_item,
-            }  # fmt: skip
+            out["results"][name] = {"n": len(items), "k": samples, **_score(items, requests, completions, scorer)}
     finally:
         scorer.close()
     return out
+
+
+def _score(items: Sequence[Any], requests: Sequence[tuple[int, Any]], completions: Sequence[Action], scorer: Scorer):
+    """``accuracy``, ``forfeits`` (failed calls, scored as misses) and per-item records."""
+    per_item: list[dict[str, Any]] = [
+        {"id": item.id, "gold": item.gold, "answers": [], "correct": [], "errors": []} for item in items
+    ]
+    for (i, item), action in zip(requests, completions, strict=True):
+        completion = action.text
+        answer = mc_letter(completion) if item.kind == "mc" else extract_answer(completion)
+        per_item[i]["answers"].append(answer)
+        per_item[i]["correct"].append(scorer.score(item.gold, completion, item.kind))
+        per_item[i]["errors"].append(safe_reason(action.error))
+    accuracy = float(np.mean([np.mean(r["correct"]) for r in per_item]))
+    forfeits = sum(bool(e) for r in per_item for e in r["errors"])
+    return {"accuracy": accuracy, "forfeits": forfeits, "items": per_item}
 
 
 def save_results(results: Mapping[str, Any], path: str | os.PathLike) -> Path:
