@@ -1,9 +1,10 @@
 """``openai`` backend: any OpenAI-compatible chat server (vLLM serve, SGLang, ``transformers
 serve``, hosted APIs).
 
-Requests run concurrently (``asyncio`` + ``httpx``) under a concurrency limit, each with a
-timeout and retries with exponential backoff and jitter on connection errors, timeouts, 408,
-409, 429 and 5xx. A request that finally fails becomes a forfeit :class:`Action` whose ``error``
+Requests run concurrently (``asyncio`` + ``httpx``) under a concurrency limit, each attempt with a
+total deadline (``timeout`` seconds from sending to the last byte, so a server that drips a byte
+at a time cannot hold a request) and a cap on the response size (``max_response_bytes``), and
+retries with exponential backoff and jitter on connection errors, timeouts, 408, 409, 429 and 5xx. A request that finally fails becomes a forfeit :class:`Action` whose ``error``
 says why: the game goes on and the buffer row records it; the batch is never aborted.
 
 The API key is read from an environment variable (``OPENAI_API_KEY`` by default) and is never
@@ -14,6 +15,7 @@ token ids are kept when it returns them (vLLM with ``extra_body={"return_token_i
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import random
@@ -34,6 +36,10 @@ RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 
 class _RetryableStatus(Exception):
+    pass
+
+
+class _TooLarge(Exception):
     pass
 
 
@@ -63,11 +69,12 @@ class OpenAIPolicy:
         max_backoff: float = 8.0,
         logprobs: bool = True,
         extra_body: dict[str, Any] | None = None,
+        max_response_bytes: int = 16 * 2**20,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
-        if max_concurrency < 1 or max_retries < 0 or timeout <= 0:
-            raise ValueError("max_concurrency must be >= 1, max_retries >= 0 and timeout > 0")
+        if max_concurrency < 1 or max_retries < 0 or timeout <= 0 or max_response_bytes < 1:
+            raise ValueError("max_concurrency must be >= 1, max_retries >= 0, timeout > 0 and max_response_bytes >= 1")
         _httpx()
         self.model = model
         self.base_url = base_url.rstrip("/")
@@ -81,6 +88,7 @@ class OpenAIPolicy:
         self.max_backoff = max_backoff
         self.logprobs = logprobs
         self.extra_body = dict(extra_body or {})
+        self.max_response_bytes = max_response_bytes
         self.stats: Counter[str] = Counter()
         self._requests = 0
         self._jitter = random.Random(self.sampling.seed)
@@ -136,15 +144,19 @@ class OpenAIPolicy:
             try:
                 async with semaphore:
                     self.stats["requests"] += 1
-                    response = await client.post("/chat/completions", json=payload)
-                if response.status_code in RETRY_STATUS:
-                    raise _RetryableStatus(f"HTTP {response.status_code}: {response.text[:200]}")
-                if response.status_code >= 400:
+                    status, body = await asyncio.wait_for(self._post(client, payload), self.timeout)
+                text = body.decode("utf-8", errors="replace")
+                if status in RETRY_STATUS:
+                    raise _RetryableStatus(f"HTTP {status}: {text[:200]}")
+                if status >= 400:
                     self.stats["failures"] += 1
-                    return Action.forfeit(f"HTTP {response.status_code}: {response.text[:300]}")
-                action = _parse(response.json())
+                    return Action.forfeit(f"HTTP {status}: {text[:300]}")
+                action = _parse(json.loads(body))
                 self.stats["completed"] += 1
                 return action
+            except asyncio.TimeoutError:
+                last_error = f"no complete response within {self.timeout:g} s"
+                logger.debug("request to %s failed (attempt %d): %s", self.base_url, attempt + 1, last_error)
             except (httpx.TransportError, _RetryableStatus) as e:
                 last_error = f"{type(e).__name__}: {e}"
                 logger.debug("request to %s failed (attempt %d): %s", self.base_url, attempt + 1, last_error)
@@ -153,6 +165,16 @@ class OpenAIPolicy:
                 return Action.forfeit(f"bad response: {type(e).__name__}: {e}")
         self.stats["failures"] += 1
         return Action.forfeit(f"gave up after {self.max_retries + 1} attempts: {last_error}")
+
+    async def _post(self, client: Any, payload: dict[str, Any]) -> tuple[int, bytes]:
+        """POST ``payload``; the status and the body, read up to :attr:`max_response_bytes`."""
+        async with client.stream("POST", "/chat/completions", json=payload) as response:
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > self.max_response_bytes:
+                    raise _TooLarge(f"response larger than {self.max_response_bytes} bytes")
+            return response.status_code, bytes(body)
 
 
 @register_backend(

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
+import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from spy_env.io import atomic_path
 
-__all__ = ["COLUMNS", "EpisodeBuffer", "features"]
+__all__ = ["COLUMNS", "EpisodeBuffer", "checked_row", "features", "read_dataset", "row_problem"]
 
 # column -> (datasets feature spec, default)
 COLUMNS: dict[str, tuple[Any, Any]] = {
@@ -71,6 +73,41 @@ def features():
         raise TypeError(spec)
 
     return Features({name: build(spec) for name, (spec, _) in COLUMNS.items()})
+
+
+# The integer columns a game can produce (GameConfig: 3..10 players, 1..10 rounds): a loaded row
+# outside them is refused, so that no reader sizes a table by a seat of 2**31 - 1.
+MAX_PLAYERS = 10
+MAX_ROUNDS = 10
+RANGES: dict[str, tuple[int, int]] = {
+    "seat": (0, MAX_PLAYERS - 1),
+    "spy_seat": (-1, MAX_PLAYERS - 1),
+    "vote": (-1, MAX_PLAYERS - 1),
+    "votes_received": (0, MAX_PLAYERS),
+    "round": (0, MAX_ROUNDS - 1),
+    "game_id": (0, 2**53),
+    "choice_step": (-1, 2**31 - 1),
+}
+FINITE = ("reward", "reward_detect", "reward_perform", "reward_penalty")
+
+
+def row_problem(row: Mapping[str, Any]) -> str | None:
+    """Why a (normalised) row cannot come from a game, or ``None``.
+
+    >>> row_problem({"seat": 2**31 - 1}), row_problem({"seat": 2, "vote": -1})
+    ('seat 2147483647 is outside 0..9', None)
+    >>> row_problem({"reward": float("nan")})
+    'reward nan is not a finite number'
+    """
+    for name, (low, high) in RANGES.items():
+        value = row.get(name)
+        if value is not None and not low <= value <= high:
+            return f"{name} {value} is outside {low}..{high}"
+    for name in FINITE:
+        value = row.get(name)
+        if value is not None and not math.isfinite(value):
+            return f"{name} {value} is not a finite number"
+    return None
 
 
 def _normalise(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -132,25 +169,50 @@ class EpisodeBuffer:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> EpisodeBuffer:
-        """Read a buffer written by :meth:`save` (through ``datasets``)."""
-        from datasets import load_dataset
+        """Read a buffer written by :meth:`save` (:func:`read_dataset`); every row is range-checked."""
+        rows = []
+        for number, row in enumerate(read_dataset(path).to_list(), 1):
+            rows.append(checked_row(row, path, number))
+        return cls(rows)
 
-        path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"episode buffer {str(path)!r} does not exist")
-        if not path.is_file():
-            raise ValueError(f"episode buffer {str(path)!r} is not a file")
-        if path.stat().st_size == 0:
-            raise ValueError(f"episode buffer {str(path)!r} is empty")
-        builder = "parquet" if _kind(path) == "parquet" else "json"
-        try:
-            with _quiet("datasets"):  # its own log line would repeat the error below
-                dataset = load_dataset(builder, data_files=str(path), split="train", features=features())
-        except Exception as e:  # whatever the parser throws, the file is the problem, not the caller
-            cause = e.__cause__ or e
-            reason = " ".join(f"{type(cause).__name__}: {cause}".split())[:300]
-            raise ValueError(f"episode buffer {str(path)!r} is not a readable {builder} file ({reason})") from e
-        return cls.from_dataset(dataset)
+
+def checked_row(row: Mapping[str, Any], path: str | os.PathLike, number: int) -> dict[str, Any]:
+    """``row`` of file ``path`` normalised, or a ``ValueError`` naming the file, the row and the field."""
+    row = _normalise(row)
+    problem = row_problem(row)
+    if problem:
+        raise ValueError(f"episode buffer {str(path)!r}, row {number}: {problem}; not a buffer of this game")
+    return row
+
+
+def read_dataset(path: str | os.PathLike):
+    """The buffer file at ``path`` as a ``datasets.Dataset``, read from its content every time.
+
+    ``datasets`` caches a file under a key of its path and modification time, so a buffer replaced
+    by another with the same mtime (``cp -p``, unzip) would show the old rows: the cache here is a
+    temporary folder of this call, and the rows are kept in memory. A file that is not a readable
+    buffer is a ``ValueError`` naming it.
+    """
+    from datasets import load_dataset
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"episode buffer {str(path)!r} does not exist")
+    if not path.is_file():
+        raise ValueError(f"episode buffer {str(path)!r} is not a file")
+    if path.stat().st_size == 0:
+        raise ValueError(f"episode buffer {str(path)!r} is empty")
+    builder = "parquet" if _kind(path) == "parquet" else "json"
+    try:
+        with tempfile.TemporaryDirectory(prefix="spyrl-buffer-") as cache, _quiet("datasets"):
+            # its own log line would repeat the error below
+            return load_dataset(
+                builder, data_files=str(path), split="train", features=features(), cache_dir=cache, keep_in_memory=True
+            )
+    except Exception as e:  # whatever the parser throws, the file is the problem, not the caller
+        cause = e.__cause__ or e
+        reason = " ".join(f"{type(cause).__name__}: {cause}".split())[:300]
+        raise ValueError(f"episode buffer {str(path)!r} is not a readable {builder} file ({reason})") from e
 
 
 @contextlib.contextmanager

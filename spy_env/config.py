@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import reprlib
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -38,6 +40,17 @@ _TYPE_CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
 }
 
 
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 3, 200, 200
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` bounded in depth and length, for error messages about untrusted values (a
+    YAML alias bomb's full ``repr`` is exponential)."""
+    text = _SHOWN.repr(value)
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
 def check_types(config: Any) -> None:
     """Raise ``ValueError`` naming the first field whose value does not have its annotated type.
 
@@ -52,7 +65,7 @@ def check_types(config: Any) -> None:
         value = getattr(config, f.name)
         if not any(_TYPE_CHECKS[part][1](value) for part in parts):
             expected = " or ".join(_TYPE_CHECKS[part][0] for part in parts)
-            raise ValueError(f"{type(config).__name__}.{f.name} must be {expected}, got {value!r}")
+            raise ValueError(f"{type(config).__name__}.{f.name} must be {expected}, got {shown(value)}")
 
 
 @dataclass(frozen=True)
@@ -136,7 +149,7 @@ class GameConfig:
 
     def __post_init__(self) -> None:
         def bad(name: str, allowed: str) -> ValueError:
-            return ValueError(f"GameConfig.{name} must be {allowed}, got {getattr(self, name)!r}")
+            return ValueError(f"GameConfig.{name} must be {allowed}, got {shown(getattr(self, name))}")
 
         check_types(self)
 
@@ -186,6 +199,12 @@ class GameConfig:
         if not isinstance(self.prompts, Mapping):
             raise bad("prompts", "a mapping of template name to format string")
         validate_templates(self.prompts)
+        if not _is_corpus(self.corpus):
+            raise bad(
+                "corpus",
+                "'embedded', 'nemotron[:CONFIG]', 'hf:ID[:CONFIG]', a path, or a list of rows (documents, or "
+                "mappings of strings, numbers and flat lists or mappings of them)",
+            )
         if self.resolved_degrade == "neighbor" and isinstance(self.corpus, (list, tuple)) and len(self.corpus) < 2:
             raise bad("corpus", "a corpus of at least 2 documents for degrade='neighbor'")
 
@@ -220,3 +239,32 @@ def _is_int(value: Any) -> bool:
 
 def _is_real(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _is_corpus(corpus: Any) -> bool:
+    """A spec, a path or a list of flat rows. Checked in one pass over the rows, never recursively:
+    a YAML alias bomb (lists of lists sharing one object, exponential once walked) is refused here
+    before anything walks it.
+
+    >>> _is_corpus("embedded"), _is_corpus([{"id": "a", "text": "b", "metadata": {"n": 1}}]), _is_corpus([[1]])
+    (True, True, False)
+    """
+    from spy_env.corpus import Document
+
+    if isinstance(corpus, (str, os.PathLike)):
+        return True
+    if not isinstance(corpus, (list, tuple)):
+        return False
+    for row in corpus:
+        if isinstance(row, Document):
+            continue
+        if not isinstance(row, Mapping):
+            return False
+        for value in row.values():
+            inner = value.values() if isinstance(value, Mapping) else value if isinstance(value, list) else (value,)
+            if not all(isinstance(v, _SCALARS) for v in inner):
+                return False
+    return True

@@ -7,19 +7,26 @@ Shown raw, an escape sequence in them can clear the screen or retitle the termin
 - :func:`terminal_safe` removes escape sequences (CSI, OSC, DCS, ...), other C0/C1 control
   characters (keeping newline and tab) and bidirectional overrides (which can make text read
   differently from what it is);
-- :func:`markup_safe` does that and escapes rich markup, for text interpolated into a markup string.
+- :func:`markup_safe` does that and escapes rich markup, for text interpolated into a markup string;
+- :func:`is_invisible` and :func:`visible_skeleton` know which characters a reader does not see
+  (Unicode default-ignorable code points, format and control characters, combining marks,
+  unassigned code points and whitespace), so that a check for a tag such as ``</performance>``
+  sees ``</perf\\u200bormance>`` or ``<\\u3164/performance>`` as the tag it reads as.
 
 >>> terminal_safe("a\\x1b[2Jb\\x1b]0;owned\\x07c\\rd")
 'abcd'
 >>> markup_safe("doc[/red]1")
 'doc\\\\[/red]1'
+>>> visible_skeleton("<\\u200b/PERF\\u034formance>")
+('</performance>', [0, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15])
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
-__all__ = ["markup_safe", "terminal_safe"]
+__all__ = ["is_invisible", "markup_safe", "terminal_safe", "visible_skeleton"]
 
 _ESCAPES = re.compile(
     r"""
@@ -48,3 +55,41 @@ def markup_safe(text: object) -> str:
     from rich.markup import escape
 
     return escape(terminal_safe(text))
+
+
+# Default_Ignorable_Code_Point (Unicode DerivedCoreProperties.txt) outside the categories below:
+# Hangul fillers (Lo), which render as nothing in most fonts.
+_IGNORABLE_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
+# Cc/Cf: controls and format characters (zero-width space, joiners, bidi marks, tags U+E0000..);
+# Mn/Me: combining marks, variation selectors (U+FE00.., U+E0100..), U+034F; Cn: unassigned
+# (U+2065, U+FFF0..U+FFF8, ...); Z*: separators.
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cn", "Co", "Cs", "Mn", "Me", "Zs", "Zl", "Zp"})
+
+
+def is_invisible(char: str) -> bool:
+    """Whether a reader may not see ``char`` (one character) as a character of its own.
+
+    >>> [is_invisible(c) for c in "a<\\u200b\\u034f\\ufe0f\\u3164\\U000e0020 "]
+    [False, False, True, True, True, True, True, True]
+    """
+    return char in _IGNORABLE_LETTERS or unicodedata.category(char) in _INVISIBLE_CATEGORIES or char.isspace()
+
+
+def visible_skeleton(text: str) -> tuple[str, list[int]]:
+    """``text`` as a reader sees it, for matching: invisible characters dropped, the rest
+    NFKC-normalised (fullwidth ``＜`` is ``<``) and case-folded; with, for each character of the
+    skeleton, the index in ``text`` it came from. Linear in ``len(text)``.
+    """
+    chars: list[str] = []
+    origin: list[int] = []
+    for i, char in enumerate(text):
+        if char.isascii():
+            if char.isspace() or not char.isprintable():
+                continue
+            chars.append(char.lower())
+            origin.append(i)
+        elif not is_invisible(char):
+            for folded in unicodedata.normalize("NFKC", char).casefold():
+                chars.append(folded)
+                origin.append(i)
+    return "".join(chars), origin

@@ -9,6 +9,7 @@ sampling for each iteration and follow the trainer's weights.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -16,6 +17,25 @@ from typing import Any, Protocol, runtime_checkable
 __all__ = ["Action", "Observation", "Policy", "RolloutPolicy", "chat_messages"]
 
 Observation = Mapping[str, Any]
+
+# token ids are stored as int32 in the episode buffer
+MAX_TOKEN_ID = 2**31 - 1
+
+
+def _ints(values: Any, low: int, high: int) -> bool:
+    return (
+        isinstance(values, Sequence)
+        and not isinstance(values, (str, bytes))
+        and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and low <= v <= high for v in values)
+    )
+
+
+def _reals(values: Any) -> bool:
+    return (
+        isinstance(values, Sequence)
+        and not isinstance(values, (str, bytes))
+        and all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values)
+    )
 
 
 @dataclass(frozen=True)
@@ -49,15 +69,65 @@ class Action:
     def forfeit(cls, error: str) -> Action:
         return cls(text="", finish_reason="error", error=error)
 
+    def problem(self) -> str | None:
+        """Why this action cannot be recorded (a field of the wrong type or range), or ``None``.
+
+        Backends pass through what servers send; one bad token id must cost that action, not the
+        save of the whole buffer.
+
+        >>> Action("x", completion_token_ids=[1, 2**31]).problem()
+        'completion_token_ids: expected integers in [0, 2147483647]'
+        """
+        checks = {
+            "text": isinstance(self.text, str),
+            "finish_reason": self.finish_reason is None or isinstance(self.finish_reason, str),
+            "error": self.error is None or isinstance(self.error, str),
+            "prompt_token_ids": self.prompt_token_ids is None or _ints(self.prompt_token_ids, 0, MAX_TOKEN_ID),
+            "completion_token_ids": self.completion_token_ids is None
+            or _ints(self.completion_token_ids, 0, MAX_TOKEN_ID),
+            "completion_mask": self.completion_mask is None or _ints(self.completion_mask, 0, 1),
+            "logprobs": self.logprobs is None or _reals(self.logprobs),
+            "vote_distribution": self.vote_distribution is None
+            or (
+                isinstance(self.vote_distribution, Mapping)
+                and all(isinstance(k, str) for k in self.vote_distribution)
+                and _reals(list(self.vote_distribution.values()))
+            ),
+            "choice_step": self.choice_step is None or _ints([self.choice_step], 0, MAX_TOKEN_ID),
+            "choice_tokens": self.choice_tokens is None
+            or (
+                isinstance(self.choice_tokens, Mapping)
+                and all(isinstance(k, str) for k in self.choice_tokens)
+                and _ints(list(self.choice_tokens.values()), 0, MAX_TOKEN_ID)
+            ),
+        }
+        expected = {
+            "prompt_token_ids": f"integers in [0, {MAX_TOKEN_ID}]",
+            "completion_token_ids": f"integers in [0, {MAX_TOKEN_ID}]",
+            "completion_mask": "0s and 1s",
+            "logprobs": "numbers",
+            "vote_distribution": "a mapping of choices to numbers",
+            "choice_step": "a position >= 0",
+            "choice_tokens": "a mapping of choices to token ids",
+        }
+        for field, ok in checks.items():
+            if not ok:
+                return f"{field}: expected {expected.get(field, 'a string')}"
+        return None
+
     @classmethod
     def of(cls, action: Any) -> Action:
-        """What a policy returned, as an ``Action``: a string is its text; anything else forfeits.
+        """What a policy returned, as an ``Action``: a string is its text; an ``Action`` whose
+        fields cannot be recorded (:meth:`problem`) and anything else forfeit.
 
         >>> Action.of("<vote>2</vote>").text, Action.of(None).error
         ('<vote>2</vote>', 'policy returned NoneType, not str or Action')
+        >>> Action.of(Action("x", completion_token_ids=["7"])).error
+        'bad action: completion_token_ids: expected integers in [0, 2147483647]'
         """
         if isinstance(action, Action):
-            return action
+            problem = action.problem()
+            return action if problem is None else cls.forfeit(f"bad action: {problem}")
         if isinstance(action, str):
             return cls(text=action)
         return cls.forfeit(f"policy returned {type(action).__name__}, not str or Action")

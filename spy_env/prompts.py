@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from spy_env.display import visible_skeleton
+
 __all__ = ["PERFORM", "SYSTEM", "TEMPLATE_FIELDS", "VOTE", "format_performances", "validate_templates"]
 
 TEMPLATE_FIELDS: dict[str, frozenset[str]] = {
@@ -83,10 +85,22 @@ def validate_templates(templates: Mapping[str, str]) -> None:
             )
 
 
-# "<" that starts something a reader could take for a performance tag: any case, spaces or
-# invisible characters around the slash ("</ Performance>", "<\u200b/performance", "<PERFORMANCE ...>")
-_INVISIBLE = r"[\s\u00ad\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]*"
-_TAG_START = re.compile(rf"<(?={_INVISIBLE}/?{_INVISIBLE}performance)", re.IGNORECASE)
+# a performance tag as a reader sees it, once invisible characters are dropped and case folded:
+# "</ Performance>", "</perf\u200bormance>", "<\u3164/performance", "<PERFORMANCE ...>"
+_TAG = re.compile(r"</?performance")
+
+
+def _defuse_tags(text: str) -> str:
+    """Replace the ``<`` of anything that reads as a ``performance`` tag with ``&lt;``."""
+    skeleton, origin = visible_skeleton(text)
+    starts = [origin[m.start()] for m in _TAG.finditer(skeleton)]
+    if not starts:
+        return text
+    pieces, last = [], 0
+    for start in starts:
+        pieces += [text[last:start], "&lt;"]
+        last = start + 1
+    return "".join(pieces) + text[last:]
 
 
 def format_performances(performances: Sequence[str | None], viewer: int) -> str:
@@ -109,6 +123,6 @@ def format_performances(performances: Sequence[str | None], viewer: int) -> str:
         if text is None:
             continue
         you = " (you)" if seat == viewer else ""
-        body = _TAG_START.sub("&lt;", text) if "<" in text else text
+        body = _defuse_tags(text)
         blocks.append(f'<performance player="{seat + 1}"{you}>\n{body}\n</performance>')
     return "\n".join(blocks)

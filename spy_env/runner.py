@@ -230,7 +230,7 @@ class Runner:
             "choice_step": -1 if action.choice_step is None else int(action.choice_step),
             "choice_token_ids": _choice_token_ids(action.choice_tokens, self.config.n_players),
             "finish_reason": action.finish_reason or "",
-            "error": action.error or "",
+            "error": safe_reason(action.error),  # no credentials a server echoed
         }
 
     def _fill_rewards(self, slot: _Slot, agent: str, round_: int, info: Mapping[str, Any]) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from agents.decoding import ANSWER_MODES, VOTE_MODES
 from agents.registry import BACKENDS, backend_of, spec_forms
@@ -31,6 +32,16 @@ TOURNAMENT_FILES = ("games.parquet", "summary.json", "chart.png")  # what Tourna
 
 
 # ---------------------------------------------------------------------------- helpers
+def echo(text: object) -> None:
+    """Print plain text that may hold untrusted parts (names, ids, paths): escapes stripped."""
+    print(terminal_safe(text))
+
+
+def _cell(value: object, style: str = "") -> Text:
+    """A table cell from untrusted data: a ``Text``, so rich never reads it as markup."""
+    return Text(terminal_safe(value), style=style)
+
+
 def _add_game_args(p: argparse.ArgumentParser, default_agent: str = "heuristic") -> None:
     g = p.add_argument_group("game")
     g.add_argument("--players", type=int, default=5, help="players per game (3..10)")
@@ -59,12 +70,16 @@ def _add_game_args(p: argparse.ArgumentParser, default_agent: str = "heuristic")
         metavar="K=SPEC",
         help="agent of seat K (1-based), e.g. --seat 1=random; repeatable",
     )
-    a.add_argument(
+    _add_allow_forfeits(a)
+    _add_sampling_args(p)
+
+
+def _add_allow_forfeits(p: Any) -> None:
+    p.add_argument(
         "--allow-forfeits",
         action="store_true",
         help="exit 0 even when an agent forfeited every action (otherwise 3: its backend is down)",
     )
-    _add_sampling_args(p)
 
 
 def _add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -110,20 +125,61 @@ def _game_config(args: argparse.Namespace) -> GameConfig:
     )
 
 
+# Outputs this command created empty (O_EXCL) before its work, so that a second command writing
+# to the same path is refused at once instead of both reporting success; removed at the end if
+# still empty (the command failed before writing them).
+_RESERVED: list[tuple[Path, int, int]] = []
+
+
+def _reserve(path: Path, flag: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError as e:
+        raise ValueError(
+            f"{flag} {path} exists (another command is writing it?); pass --overwrite to replace it"
+        ) from e
+    st = os.fstat(fd)
+    os.close(fd)
+    _RESERVED.append((path, st.st_dev, st.st_ino))
+
+
+def _release_reservations() -> None:
+    while _RESERVED:
+        path, dev, ino = _RESERVED.pop()
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (dev, ino) and st.st_size == 0:
+            path.unlink(missing_ok=True)
+
+
 def check_output(
-    path: str | os.PathLike, *, overwrite: bool, suffixes: Sequence[str] = (), flag: str = "--out"
+    path: str | os.PathLike,
+    *,
+    overwrite: bool,
+    suffixes: Sequence[str] = (),
+    flag: str = "--out",
+    inputs: Sequence[str | os.PathLike] = (),
 ) -> Path:
-    """Refuse an output path before any work starts: a folder, a wrong suffix, an existing file
-    (unless ``overwrite``), or a parent that cannot be created or written. Missing parent folders
-    are created by the write itself."""
+    """Refuse an output path before any work starts: a folder, a wrong suffix, one of the command's
+    ``inputs`` (even with ``overwrite``), an existing file (unless ``overwrite``), or a parent that
+    cannot be created or written. A new output is created empty and exclusively now (see
+    :data:`_RESERVED`), so two commands never both write it."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{flag} {path} is a folder; give a file name")
     if suffixes and path.suffix.lower() not in suffixes:
         raise ValueError(f"{flag} {path} must end in {' or '.join(suffixes)}")
+    for source in inputs:
+        if path.exists() and Path(source).exists() and os.path.samefile(path, source):
+            raise ValueError(f"{flag} {path} is the input {source}; write the output to another file")
     if path.exists() and not overwrite:
         raise ValueError(f"{flag} {path} exists; pass --overwrite to replace it")
     _check_parent(path.parent, flag, path)
+    if not path.exists():
+        _reserve(path, flag)
     return path
 
 
@@ -137,6 +193,9 @@ def check_output_dir(folder: str | os.PathLike, names: Sequence[str], *, overwri
         if taken:
             raise ValueError(f"{flag} {folder} already holds {', '.join(taken)}; pass --overwrite")
     _check_parent(folder, flag, folder)
+    for name in names:
+        if not (folder / name).exists():
+            _reserve(folder / name, flag)
     return folder
 
 
@@ -148,6 +207,14 @@ def _check_parent(parent: Path, flag: str, path: Path) -> None:
         raise ValueError(f"{flag} {path}: {existing} is a file, not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"{flag} {path}: folder {existing} is not writable")
+
+
+def _require_matplotlib(what: str) -> None:
+    """Fail before the work, not after it, when the output needs matplotlib."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as e:
+        raise ImportError(f"the {what} needs matplotlib: pip install matplotlib") from e
 
 
 def check_input(path: str | os.PathLike, what: str) -> Path:
@@ -229,6 +296,16 @@ def _report_forfeits(rows: Sequence[dict[str, Any]], args: argparse.Namespace) -
     return code
 
 
+def _result_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per model call of a results file (``eval``, ``bench``), for :func:`_report_forfeits`."""
+    return [
+        {"agent_name": results["model"], "error": error}
+        for result in results["results"].values()
+        for item in result.get("items", ())
+        for error in item.get("errors", [item.get("error", "")])
+    ]
+
+
 def _results_table(rows: Sequence[dict[str, Any]], n_players: int) -> Table:
     table = Table(title="Results")
     for col in (
@@ -258,16 +335,21 @@ def _results_table(rows: Sequence[dict[str, Any]], n_players: int) -> Table:
         violations = sorted({v for r in mine for v in r["violations"]})
         role = mine[0]["role"]
         table.add_row(
-            f"Player {seat + 1}",
-            f"[red]{role}[/red]" if role == "spy" else f"[green]{role}[/green]",
-            markup_safe(mine[0]["agent_name"]),
-            str(received),
-            voted,
-            f"{detect:+.3f}",
-            f"{perform:+.3f}",
-            f"{penalty:+.3f}",
-            f"{reward:+.3f}",
-            ", ".join(violations) or "-",
+            *(
+                _cell(value, style)
+                for value, style in (
+                    (f"Player {seat + 1}", ""),
+                    (role, "red" if role == "spy" else "green"),
+                    (mine[0]["agent_name"], ""),
+                    (received, ""),
+                    (voted, ""),
+                    (f"{detect:+.3f}", ""),
+                    (f"{perform:+.3f}", ""),
+                    (f"{penalty:+.3f}", ""),
+                    (f"{reward:+.3f}", ""),
+                    (", ".join(map(str, violations)) or "-", ""),
+                )
+            )
         )
     return table
 
@@ -366,7 +448,7 @@ def cmd_baselines(args: argparse.Namespace) -> int:
             f"| {operator} | {spec} | {m['detection_accuracy']:.3f} | {m['spy_caught_rate']:.3f} "
             f"| {m['na_rate']:.3f} | {int(m['games'])} |"
         )
-    print(terminal_safe("\n".join(lines)))
+    echo("\n".join(lines))
     return 0
 
 
@@ -378,6 +460,7 @@ def cmd_tournament(args: argparse.Namespace) -> int:
     if len(set(names)) != len(names):
         raise ValueError(f"--agents lists an agent twice: {args.agents!r}")
     check_output_dir(args.out, TOURNAMENT_FILES, overwrite=args.overwrite, flag="--out")
+    _require_matplotlib("tournament's chart.png")
     policies = {name: _load_agent(name, args) for name in names}
     result = run_tournament(
         policies,
@@ -388,7 +471,7 @@ def cmd_tournament(args: argparse.Namespace) -> int:
         max_forfeit_rate=args.max_forfeit_rate,
     )
     paths = result.save(args.out)
-    print(terminal_safe(result.table()))
+    echo(result.table())
     console.print(f"written to {markup_safe(args.out)}: " + ", ".join(p.name for p in paths.values()))
     return _report_forfeits(result.buffer.rows, args)
 
@@ -403,10 +486,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
             )
         return 0
     if args.compare:
-        print(bench_table([json.loads(Path(path).read_text(encoding="utf-8")) for path in args.compare]))
+        echo(bench_table([_read_results(path) for path in args.compare]))
         return 0
     if not args.model:
         raise ValueError(f"spyrl bench {args.set} needs --model SPEC")
+    out = args.out or f"runs/bench/{args.set}-{args.model.replace('/', '_').replace(':', '_')}.json"
+    check_output(out, overwrite=args.overwrite, suffixes=(".json",))
     policy = _load_agent(args.model, args)
     decoding = {
         "temperature": args.temperature,
@@ -422,11 +507,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         results = run_bench(args.set, policy, model=args.model, limit=args.limit, decoding=decoding, seed=args.seed)
     from spyrl.evaluation import save_results
 
-    out = args.out or f"runs/bench/{args.set}-{args.model.replace('/', '_').replace(':', '_')}.json"
     path = save_results(results, out)
-    print(bench_table([results]))
-    console.print(f"results written to {path}")
-    return 0
+    echo(bench_table([results]))
+    console.print(f"results written to {markup_safe(path)}")
+    return _report_forfeits(_result_rows(results), args)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -439,6 +523,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.print_config:
         print(config.to_yaml(), end="")
         return 0
+    _check_run_folder(Path(config.output_dir), resume=args.resume)
     from trainers.grpo import SpyRLTrainer
     from trainers.plot import plot_run
 
@@ -456,6 +541,20 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_run_folder(output_dir: Path, *, resume: str | None) -> None:
+    """A new run gets a folder of its own: one that holds a run already is refused (its checkpoints
+    would be replaced, ``latest`` moved back and metrics.jsonl would mix both runs) unless resumed."""
+    if resume or int(os.environ.get("RANK", "0") or 0) != 0:  # under a launcher, rank 0 checks for all
+        return
+    held = [name for name in ("metrics.jsonl", "checkpoints") if (output_dir / name).exists()]
+    if held:
+        raise ValueError(
+            f"output_dir {output_dir} already holds a run ({', '.join(held)}); pass --resume latest to continue "
+            "it, or choose another folder"
+        )
+    check_output(output_dir / "metrics.jsonl", overwrite=False, flag="output_dir")
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
     from trainers.plot import plot_run
 
@@ -470,6 +569,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     if args.chart:
         check_output(args.chart, overwrite=args.overwrite, suffixes=(".png",), flag="--chart")
+        _require_matplotlib("--chart")
     if args.compare:
         return _eval_compare(args)
     if not args.model:
@@ -493,7 +593,7 @@ def _eval_compare(args: argparse.Namespace) -> int:
     from spyrl.evaluation import plot_results, results_table
 
     runs = [_read_results(path) for path in args.compare]
-    print(terminal_safe(results_table(runs)))
+    echo(results_table(runs))
     if args.chart:
         console.print(f"chart written to {markup_safe(plot_results(runs, args.chart))}")
     return 0
@@ -522,7 +622,7 @@ def _eval_alignment(args: argparse.Namespace, policy: Any) -> int:
     buffer = runner.run([policy] * runner.config.n_players, args.games, seed=args.seed, progress=True)
     documents = {doc.id: doc.text for doc in runner.documents}
     result = reward_alignment(buffer, documents, judge)
-    print(terminal_safe(result.summary()))
+    echo(result.summary())
     console.print(f"plot written to {markup_safe(result.plot(Path(args.out_dir) / 'alignment.png'))}")
     return 0
 
@@ -540,7 +640,7 @@ def _eval_game(args: argparse.Namespace, policy: Any) -> int:
         max_forfeit_rate=args.max_forfeit_rate,
     )
     result.save(args.out_dir)
-    print(terminal_safe(result.table()))
+    echo(result.table())
     return _report_forfeits(result.buffer.rows, args)
 
 
@@ -560,20 +660,21 @@ def _eval_benchmarks(args: argparse.Namespace, policy: Any, paths: dict[str, str
         model=args.model, decoding=decoding, progress=_print_progress,
     )  # fmt: skip
     path = save_results(results, args.out)
-    print(terminal_safe(results_table([results])))
+    echo(results_table([results]))
     console.print(f"results written to {markup_safe(path)}")
     if args.chart:
         console.print(f"chart written to {markup_safe(plot_results([results], args.chart))}")
-    return 0
+    return _report_forfeits(_result_rows(results), args)
 
 
 def _print_progress(benchmark: str, done: int, total: int) -> None:
-    print(f"{benchmark}: {done}/{total} completions", flush=True)
+    print(terminal_safe(f"{benchmark}: {done}/{total} completions"), flush=True)
 
 
 def cmd_view(args: argparse.Namespace) -> int:
     from spyrl.viewer import write_page
 
+    check_output(args.out, overwrite=args.overwrite, suffixes=(".html", ".htm"), flag="--out", inputs=[args.input])
     try:
         path = write_page(
             args.input,
@@ -592,12 +693,9 @@ def cmd_view(args: argparse.Namespace) -> int:
 
 
 def _read_results(path: str) -> dict[str, Any]:
-    try:
-        results = json.loads(check_input(path, "results file").read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:
-        raise ValueError(f"results file {path} is not UTF-8 text") from e
-    except json.JSONDecodeError as e:
-        raise ValueError(f"results file {path} is not JSON ({e})") from e
+    from spy_env.io import read_json
+
+    results = read_json(check_input(path, "results file"), "results file")
     entries = results.get("results") if isinstance(results, dict) else None
     if not isinstance(entries, dict) or not all(
         isinstance(r, dict) and all(isinstance(r.get(k), (int, float)) for k in ("accuracy", "n", "k"))
@@ -660,6 +758,7 @@ def _add_view_command(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--max-games", type=int, default=None, help="at most this many games of a buffer")
     p.add_argument("--games-per-iteration", type=int, default=6, help="sample games per iteration of a run")
+    _add_overwrite(p)
     p.set_defaults(func=cmd_view)
 
 
@@ -742,6 +841,8 @@ def _add_bench_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out-dir", default=None, help="build: write the sets here instead of the package data")
     p.add_argument("--compare", nargs="+", default=None, metavar="RESULTS", help="tabulate saved results instead")
     p.add_argument("--seed", type=int, default=0, help="seed of the model's sampling")
+    _add_overwrite(p)
+    _add_allow_forfeits(p)
     _add_sampling_args(p)
     p.set_defaults(func=cmd_bench)
 
@@ -805,11 +906,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        errors.print("[red]interrupted[/red]", highlight=False)
+        return 130
     except Exception as e:
         if args.debug or not _user_error(e):
             raise
         errors.print("[red]error:[/red] " + markup_safe(_one_line(e)), highlight=False, soft_wrap=True)
         return 2
+    finally:
+        _release_reservations()
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 
 import agents
 from spy_env.corpus import CorpusFilter, is_heldout, load_corpus, split_documents
+from spyrl.evaluation import bench as bench_module
 from spyrl.evaluation import results_table
 from spyrl.evaluation.bench import KINDS, build_set, load_set, run_bench, set_path
 from trainers import PRESETS, SpyRLConfig
@@ -112,7 +114,7 @@ def test_a_limit_is_a_prefix_of_the_full_run():
     assert short == full[:20]
 
 
-def test_a_changed_document_or_operator_is_an_error(tmp_path):
+def test_a_changed_document_or_operator_is_an_error(tmp_path, monkeypatch):
     raw = json.loads(set_path("detect").read_text(encoding="utf-8"))
     raw["games"][0]["document_sha256"] = "0" * 64
     (tmp_path / "a.json").write_text(json.dumps(raw))
@@ -121,6 +123,8 @@ def test_a_changed_document_or_operator_is_an_error(tmp_path):
     raw = json.loads(set_path("detect").read_text(encoding="utf-8"))
     raw["games"][0]["spy_copy_sha256"] = "0" * 64
     (tmp_path / "b.json").write_text(json.dumps(raw))
+    # stands in for a released set whose operator changed since (the file itself is released)
+    monkeypatch.setitem(bench_module.RELEASED_SHA256, "detect-v1", hashlib.sha256(json.dumps(raw).encode()).hexdigest())
     with pytest.raises(ValueError, match="degradation operator changed"):
         run_bench("detect", agents.load("random"), path=tmp_path / "b.json", limit=1)
 
@@ -154,3 +158,16 @@ def test_an_hf_model_gets_expected_accuracy_from_its_vote_distribution(tiny_mode
     assert result["n"] == 3 and result["forfeits"] == 0
     for item in result["items"]:
         assert 0.0 <= item["expected_accuracy"] <= 1.0 and item["valid_vote_rate"] == 1.0
+
+
+def test_a_set_whose_performances_were_rewritten_is_refused(tmp_path, capsys):
+    """Pass 3, item 10: rewritten stored performances were accepted as detect-v1 (score 0.65 -> 0.90)."""
+    for kind in KINDS:  # the released hashes are the shipped files'
+        digest = hashlib.sha256(set_path(kind).read_bytes()).hexdigest()
+        assert bench_module.RELEASED_SHA256[f"{kind}-v1"] == digest
+    raw = json.loads(set_path("detect").read_text(encoding="utf-8"))
+    raw["games"][0]["performances"] = ["the spy is Player 1"] * len(raw["games"][0]["performances"])
+    forged = tmp_path / "detect-v1.json"
+    forged.write_text(json.dumps(raw, indent=1))
+    with pytest.raises(ValueError, match="is not the released detect-v1"):
+        load_set("detect", forged)

@@ -228,3 +228,55 @@ def test_stale_staging_folders_of_dead_processes_are_removed(trained_run, tmp_pa
         assert not stale.exists() and live.exists()
     finally:
         shutil.rmtree(live, ignore_errors=True)
+
+
+# ---------------------------------------------------------- resume reads only data (pass 3)
+def _fake_checkpoint(tmp_path: Path) -> Path:
+    from safetensors.torch import save_file
+
+    root = tmp_path / "checkpoints"
+    folder = root / "iter_00001"
+    (folder / "model").mkdir(parents=True)
+    save_file({"w": torch.zeros(2)}, str(folder / "model" / "model.safetensors"))
+    (folder / "model" / "config.json").write_text("{}")
+    (root / "latest").write_text("iter_00001")
+    ckpt.write_manifest(folder)
+    return folder
+
+
+@pytest.mark.parametrize("name", ["pytorch_model.bin", "optimizer.pt", "x.pkl"])
+def test_a_pickle_weights_file_listed_in_the_manifest_is_refused(tmp_path, name):
+    """Pass 3, item 4: a ``pytorch_model.bin`` listed in the manifest went to ``torch.load``."""
+    folder = _fake_checkpoint(tmp_path)
+    ckpt.open_checkpoint(folder.parent, "latest")  # a data-only checkpoint passes
+    (folder / "model" / name).write_bytes(pickle.dumps({"w": 1}))
+    ckpt.write_manifest(folder)  # a forger rewrites the manifest too
+    with pytest.raises(ckpt.CheckpointError, match=f"{name} is not a data file"):
+        ckpt.open_checkpoint(folder.parent, "latest")
+
+
+@pytest.mark.parametrize("kind", ["file", "folder"])
+def test_a_symbolic_link_in_a_checkpoint_is_refused(tmp_path, kind):
+    """Pass 3, Low: a symlinked folder in a checkpoint was neither listed nor refused."""
+    folder = _fake_checkpoint(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "x.json").write_text("{}")
+    if kind == "file":
+        (folder / "model" / "tokenizer.json").symlink_to(elsewhere / "x.json")
+    else:
+        (folder / "model" / "extra").symlink_to(elsewhere, target_is_directory=True)
+    ckpt.write_manifest(folder)
+    with pytest.raises(ckpt.CheckpointError, match="symbolic link"):
+        ckpt.open_checkpoint(folder.parent, "latest")
+
+
+def test_checkpoint_files_honour_the_umask(trained_run):
+    """Pass 3, Low: ``*.safetensors`` were written 0600 under umask 022."""
+    import stat
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    files = [p for p in (trained_run[0] / "checkpoints").rglob("*") if p.is_file()]
+    assert any(p.suffix == ".safetensors" for p in files)
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in files} == {p.name: 0o666 & ~mask for p in files}

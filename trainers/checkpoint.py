@@ -16,8 +16,11 @@ A checkpoint folder ``checkpoints/iter_K`` holds
 place) and :func:`load_trainer` restores one.
 
 Nothing here is loaded with pickle. Resuming checks the manifest (a missing, extra or changed file
-is an error naming it) and that every floating tensor is finite *before* anything is loaded, so a
-corrupted checkpoint never resumes silently and never gets written over the run.
+is an error naming it), that every file is a regular file of a data format (:data:`DATA_SUFFIXES`:
+a ``pytorch_model.bin`` listed in the manifest is refused, not handed to ``torch.load``; a symbolic
+link, to a file or a folder, is refused) and that every floating tensor is finite *before*
+anything is loaded, so a corrupted checkpoint never resumes silently and never gets written over
+the run.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from spy_env.io import pid_alive, write_text
+from spy_env.io import check_tree, honour_umask, pid_alive, write_text
 
 if TYPE_CHECKING:
     from trainers.grpo import SpyRLTrainer
@@ -68,6 +71,8 @@ STATE_FILE = "trainer_state.json"
 TENSORS_FILE = "trainer_state.safetensors"
 MANIFEST_FILE = "manifest.json"
 FORMAT = 2  # 1: trainer_state.pt (pickle), no longer read
+# What a checkpoint may hold outside accelerate/: never a pickle format (.bin, .pt, .pkl, ...)
+DATA_SUFFIXES = frozenset({".safetensors", ".json", ".txt", ".model", ".jinja", ".md"})
 
 
 class CheckpointError(ValueError):
@@ -107,6 +112,10 @@ def remove_stale_staging(root: Path) -> None:
 def open_checkpoint(root: Path, path: str) -> Path:
     """Resolve ``path`` (or ``"latest"``), then verify its manifest and that its tensors are finite."""
     folder = resolve_checkpoint(root, path)
+    try:
+        check_tree(folder, DATA_SUFFIXES, free="accelerate")
+    except ValueError as e:
+        raise CheckpointError(f"{e}; resume reads weights only from safetensors") from e
     verify_manifest(folder)
     check_finite_files(folder)
     return folder
@@ -310,6 +319,7 @@ def save_trainer(trainer: SpyRLTrainer) -> Path:
     trainer.unwrapped.save_pretrained(tmp / "model", state_dict=state_dict)
     trainer.tokenizer.save_pretrained(tmp / "model")
     write_state(tmp, *_trainer_state(trainer))
+    honour_umask(tmp)
     write_manifest(tmp)
     shutil.rmtree(target, ignore_errors=True)
     os.replace(tmp, target)
@@ -382,6 +392,6 @@ def _load_weights(trainer: SpyRLTrainer, checkpoint: Path, state: Mapping[str, A
         from transformers import AutoModelForCausalLM
 
         loaded = AutoModelForCausalLM.from_pretrained(
-            checkpoint / "model", dtype=next(trainer.model.parameters()).dtype
+            checkpoint / "model", dtype=next(trainer.model.parameters()).dtype, use_safetensors=True
         )
         trainer.unwrapped.load_state_dict(loaded.state_dict())

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from spy_env.io import write_text
+from spy_env.io import parse_json, write_text
 
 __all__ = ["MetricSinks", "read_metrics"]
 
@@ -36,10 +36,7 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            try:
-                row = json.loads(line)
-            except ValueError as e:
-                raise ValueError(f"{path}: line {number} is not JSON ({e})") from e
+            row = parse_json(line, f"{path}: line {number}")
             if not isinstance(row, dict):
                 raise ValueError(f"{path}: line {number} is not a metrics object")
             rows.append(row)

@@ -7,6 +7,7 @@ bad field. Nothing here builds a model or an agent: agent specs are checked by t
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -55,7 +56,7 @@ def validate(config: Any) -> None:
     """Raise ``ValueError`` naming the first bad field of ``config`` (types first: nothing after sees a
     str where an int belongs)."""
     check_types(config)
-    for check in (_numbers, _choices, _batching, _votes, _counts, _seats, _vllm, _game):
+    for check in (_numbers, _choices, _batching, _votes, _counts, _device_and_seed, _seats, _vllm, _game):
         check(config)
 
 
@@ -121,8 +122,20 @@ def _counts(config: Any) -> None:
         raise _bad(config, "heldout_fraction", "a number in [0, 1)")
     if not isinstance(config.updates_per_iteration, int) or config.updates_per_iteration < 0:
         raise _bad(config, "updates_per_iteration", "an integer >= 0")
-    if not isinstance(config.report_to, list) or not set(config.report_to) <= set(SINKS):
+    if (
+        not isinstance(config.report_to, list)
+        or not all(isinstance(sink, str) for sink in config.report_to)
+        or not set(config.report_to) <= set(SINKS)
+    ):
         raise _bad(config, "report_to", f"a list drawn from {sorted(SINKS)}")
+
+
+def _device_and_seed(config: Any) -> None:
+    # checked here, before any output is written, not by torch once the model is loaded
+    if not isinstance(config.device, str) or not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", config.device):
+        raise _bad(config, "device", "auto, cpu, mps, cuda or cuda:N")
+    if not isinstance(config.seed, int) or isinstance(config.seed, bool) or not 0 <= config.seed < 2**32:
+        raise _bad(config, "seed", "an integer in [0, 2**32)")
 
 
 def _seats(config: Any) -> None:

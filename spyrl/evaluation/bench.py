@@ -18,8 +18,9 @@ documents every training preset holds out (:func:`spy_env.corpus.split_documents
 Every score comes with a bootstrap 95% interval over games (:mod:`spy_env.heldout`). A set
 records its game config, each game's setup (document id, spy seat, degradation seed, env seed)
 and the SHA-256 of the document and of the spy's copy, so a changed corpus or degradation
-operator is an error rather than a silently different benchmark; a change of the game means a
-new ``version``. :func:`build_set` rebuilds a set byte for byte (a test checks it).
+operator is an error rather than a silently different benchmark; the SHA-256 of the whole file
+must be the released one (:data:`RELEASED_SHA256`), so rewritten games or performances are an
+error too; a change of the game means a new ``version``. :func:`build_set` rebuilds a set byte for byte (a test checks it).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from spy_env.heldout import Interval, bootstrap
 from spy_env.io import write_text
 from spy_env.policy import Action, Policy
 from spy_env.runner import _call as call_policy
+from spy_env.runner import safe_reason
 
 __all__ = [
     "KINDS",
@@ -59,6 +61,13 @@ __all__ = [
 
 KINDS = ("detect", "spy")
 VERSION = 1
+# The SHA-256 of every released set file: a set is scored under its name only if its file is the
+# released one byte for byte (a set whose stored performances were rewritten is not detect-v1).
+# A new version adds its hash here.
+RELEASED_SHA256 = {
+    "detect-v1": "9cbe4c10d271394e5c7dbd5c21c1eb5a93b3d5a6a70316454adfaa65f67c1c44",
+    "spy-v1": "3ae3a8a2b69ac78f235e6d8c38e9bd3897f51bd0700eb24590fc5ed6592b82e0",
+}
 NUM_GAMES = 100
 HELDOUT_FRACTION = 0.2
 ABSTAIN = "<vote>N/A</vote>"
@@ -218,6 +227,15 @@ def load_set(kind: str, path: str | os.PathLike | None = None) -> tuple[BenchSet
             )
     used = sorted({g.document_id for g in games})
     bench = BenchSet(kind, int(raw["version"]), config, games, _sha256(text))
+    released = RELEASED_SHA256.get(bench.name)
+    if released is None:
+        raise ValueError(f"{path or set_path(kind)}: {bench.name} is not a released set ({sorted(RELEASED_SHA256)})")
+    if bench.sha256 != released:
+        raise ValueError(
+            f"{path or set_path(kind)} is not the released {bench.name}: its sha256 {bench.sha256[:16]}... differs "
+            f"from {released[:16]}... (games or stored performances were changed); rebuild it with "
+            "`spyrl bench build`, or give a different set a new version"
+        )
     return bench, [documents[i] for i in used]
 
 
@@ -263,7 +281,7 @@ def _score_detect(policy: Policy, bench: BenchSet, documents: Sequence[Document]
                 "na_rate": float(vote is None),
                 "valid_vote_rate": float(not infos[voter]["violations"]),
                 "violations": list(infos[voter]["violations"]),
-                "error": action.error or "",
+                "error": safe_reason(action.error),
                 "completion": action.text,
             }
         )
@@ -299,7 +317,7 @@ def _score_spy(policy: Policy, bench: BenchSet, documents: Sequence[Document], g
                 "no_answer_rate": float("no_answer" in perform_violations),
                 "valid_performance_rate": float(not perform_violations),
                 "violations": perform_violations,
-                "error": action.error or "",
+                "error": safe_reason(action.error),
                 "completion": action.text,
             }
         )
@@ -379,7 +397,10 @@ def bench_table(runs: Sequence[Mapping[str, Any]]) -> str:
         for name, r in run["results"].items():
             if "interval" not in r:
                 continue
-            i = Interval(**r["interval"])
+            try:
+                i = Interval(**r["interval"])
+            except TypeError as e:
+                raise ValueError(f"results of {run.get('model')!r} on {name!r}: a malformed interval ({e})") from e
             score = run.get("protocol", {}).get("score", "accuracy")
             lines.append(f"| {run['model']} | {name} | {score} | {i} | {r['n']} | {r.get('forfeits', 0)} |")
     return "\n".join(lines)

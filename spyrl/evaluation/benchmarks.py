@@ -121,7 +121,13 @@ def load_items(
     for index, row in enumerate(dataset):
         if limit is not None and index >= limit:
             break
-        items.append(bench.build(row, index, rng))
+        try:
+            items.append(bench.build(row, index, rng))
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(
+                f"benchmark {name} at {source!r}: row {index + 1} lacks what {name} needs ({type(e).__name__}: {e}); "
+                f"columns: {sorted(row) if isinstance(row, dict) else type(row).__name__}"
+            ) from e
     if not items:
         raise ValueError(f"benchmark {name} at {source!r} has no rows")
     return items

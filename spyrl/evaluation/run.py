@@ -14,6 +14,8 @@ import numpy as np
 
 from spy_env.io import save_figure, write_text
 from spy_env.policy import Action
+from spy_env.runner import _call as call_policy
+from spy_env.runner import safe_reason
 from spyrl.evaluation.benchmarks import BENCHMARKS, MATH_SUFFIX, MC_SUFFIX, load_items
 from spyrl.evaluation.scoring import Scorer, extract_answer, mc_letter
 
@@ -45,7 +47,9 @@ def evaluate(
     """Evaluate ``policy`` (anything with a batched ``act``) on ``benchmarks``; returns results.
 
     Each question is sampled ``k`` times (the benchmark's default avg@k when ``k`` is None) and
-    scored per sample; accuracy is the mean over questions of the mean over samples.
+    scored per sample; accuracy is the mean over questions of the mean over samples. A failed call
+    (a dead server) is a forfeit: it scores as a miss, its reason is kept in the item's ``errors``
+    and each benchmark counts its ``forfeits``.
     ``progress(benchmark, done, total)`` is called after every batch of completions.
     """
     paths = dict(paths or {})
@@ -66,27 +70,34 @@ def evaluate(
             items = load_items(name, path=paths.get(name), limit=limit, seed=seed)
             samples = k or bench.default_k
             requests = [(i, item) for i, item in enumerate(items) for _ in range(samples)]
-            completions: list[str] = []
+            completions: list[Action] = []
             for start in range(0, len(requests), batch_size):
                 chunk = requests[start : start + batch_size]
-                actions = policy.act([_observation(item.prompt) for _, item in chunk])
-                completions += [Action.of(a).text for a in actions]
+                completions += call_policy(policy, [_observation(item.prompt) for _, item in chunk])
                 done = min(start + batch_size, len(requests))
                 logger.debug("%s: %d/%d completions", name, done, len(requests))
                 if progress is not None:
                     progress(name, done, len(requests))
-            per_item: list[dict[str, Any]] = [
-                {"id": item.id, "gold": item.gold, "answers": [], "correct": []} for item in items
-            ]
-            for (i, item), completion in zip(requests, completions, strict=True):
-                answer = mc_letter(completion) if item.kind == "mc" else extract_answer(completion)
-                per_item[i]["answers"].append(answer)
-                per_item[i]["correct"].append(scorer.score(item.gold, completion, item.kind))
-            accuracy = float(np.mean([np.mean(r["correct"]) for r in per_item]))
-            out["results"][name] = {"n": len(items), "k": samples, "accuracy": accuracy, "items": per_item}
+            out["results"][name] = {"n": len(items), "k": samples, **_score(items, requests, completions, scorer)}
     finally:
         scorer.close()
     return out
+
+
+def _score(items: Sequence[Any], requests: Sequence[tuple[int, Any]], completions: Sequence[Action], scorer: Scorer):
+    """``accuracy``, ``forfeits`` (failed calls, scored as misses) and per-item records."""
+    per_item: list[dict[str, Any]] = [
+        {"id": item.id, "gold": item.gold, "answers": [], "correct": [], "errors": []} for item in items
+    ]
+    for (i, item), action in zip(requests, completions, strict=True):
+        completion = action.text
+        answer = mc_letter(completion) if item.kind == "mc" else extract_answer(completion)
+        per_item[i]["answers"].append(answer)
+        per_item[i]["correct"].append(scorer.score(item.gold, completion, item.kind))
+        per_item[i]["errors"].append(safe_reason(action.error))
+    accuracy = float(np.mean([np.mean(r["correct"]) for r in per_item]))
+    forfeits = sum(bool(e) for r in per_item for e in r["errors"])
+    return {"accuracy": accuracy, "forfeits": forfeits, "items": per_item}
 
 
 def save_results(results: Mapping[str, Any], path: str | os.PathLike) -> Path:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import json
 import logging
 import math
 import os
@@ -34,6 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from spy_env.io import folder_file, read_folder_file, read_json
 from spy_env.stage import Stage
 
 logger = logging.getLogger(__name__)
@@ -94,18 +94,18 @@ def input_kind(path: str | os.PathLike) -> str:
 
 # --------------------------------------------------------------------- reading
 def _iter_rows(path: Path) -> Iterator[dict[str, Any]]:
-    """Buffer rows through ``datasets`` (the buffer's own code path), in batches, only needed columns."""
-    from datasets import load_dataset
+    """Buffer rows through the buffer's own reader (read by content, range-checked), only needed columns."""
+    from spy_env.buffer import checked_row, read_dataset
 
-    from spy_env.buffer import features
-
-    builder = "parquet" if path.suffix.lower() == ".parquet" else "json"
-    dataset = load_dataset(builder, data_files=str(path), split="train", features=features())
-    dataset = dataset.select_columns(list(_COLUMNS))
+    dataset = read_dataset(path).select_columns(list(_COLUMNS))
+    number = 0
     for batch in dataset.iter(batch_size=2048):
         names = list(batch)
         for values in zip(*(batch[n] for n in names), strict=True):
-            row = dict(zip(names, values, strict=True))
+            number += 1
+            row = {
+                k: v for k, v in checked_row(dict(zip(names, values, strict=True)), path, number).items() if k in batch
+            }
             # Only the performing prompts of round 1 are read (for the copies); vote prompts are large.
             prompt = row.pop("prompt")
             row["copy"] = _copy_in(prompt) if row["stage"] == Stage.PERFORM and row["round"] == 0 else None
@@ -131,7 +131,10 @@ def load_tokenizer(path: str | os.PathLike) -> Decoder:
         from tokenizers import Tokenizer
     except ImportError as e:
         raise ImportError("decoding tokens needs `pip install tokenizers` (in the hf extra)") from e
-    tokenizer = Tokenizer.from_file(str(path))
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises a bare Exception for any bad file
+        raise ValueError(f"{str(path)!r} is not a tokenizer.json ({' '.join(str(e).split())[:200]})") from e
     cache: dict[int, str] = {}
 
     def decode(ids: Sequence[int]) -> list[str]:
@@ -166,7 +169,9 @@ def copy_spans(source: str, spy_copy: str) -> list[list[Any]]:
     if source == spy_copy:
         return []
     a, b = _WORDS.findall(source), _WORDS.findall(spy_copy)
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    matcher = _matcher(a, b)
+    if matcher is None:  # too repetitive to diff in bounded time: what lies between the common ends
+        return [_between_common_ends(source, spy_copy)]
     words = sum(1 for w in b if not w.isspace())
     kept = sum(1 for m in matcher.get_matching_blocks() for w in b[m.b : m.b + m.size] if not w.isspace())
     if kept < 0.3 * words or not words:  # hardly a word of the copy comes from the source
@@ -183,6 +188,35 @@ def copy_spans(source: str, spy_copy: str) -> list[list[Any]]:
             end, replacement = end - 1, replacement[:-1]
         spans.append([start, end, replacement])
     return spans
+
+
+# The work a word diff may do: difflib's longest-match search visits, for every word of the
+# source, every place that word occurs in the copy. A buffer's copies are untrusted text, and
+# "a a a ..." against "a b a b ..." costs ~n^2 per search (20 s at 8k words); beyond this budget
+# difflib's own popularity heuristic (autojunk) is used, and beyond it again no word diff at all
+# (the longest embedded document costs ~1.2k).
+_DIFF_BUDGET = 50_000
+
+
+def _matcher(a: Sequence[str], b: Sequence[str]) -> difflib.SequenceMatcher | None:
+    """A word matcher whose work stays within :data:`_DIFF_BUDGET`, or ``None``."""
+    counts: dict[str, int] = {}
+    for word in b:
+        counts[word] = counts.get(word, 0) + 1
+    if sum(counts.get(word, 0) for word in a) <= _DIFF_BUDGET:
+        return difflib.SequenceMatcher(None, a, b, autojunk=False)
+    popular = len(b) // 100 + 1 if len(b) >= 200 else len(b) + 1  # difflib's autojunk rule
+    if sum(n for word in a if (n := counts.get(word, 0)) <= popular) <= _DIFF_BUDGET:
+        return difflib.SequenceMatcher(None, a, b, autojunk=True)
+    return None
+
+
+def _between_common_ends(source: str, spy_copy: str) -> list[Any]:
+    """One span: ``source`` less its longest common prefix and suffix with ``spy_copy``."""
+    shortest = min(len(source), len(spy_copy))
+    start = next((i for i in range(shortest) if source[i] != spy_copy[i]), shortest)
+    tail = next((i for i in range(shortest - start) if source[-1 - i] != spy_copy[-1 - i]), shortest - start)
+    return [start, len(source) - tail, spy_copy[start : len(spy_copy) - tail]]
 
 
 def degradation_of(source: str, spy_copy: str, spans: Sequence[Sequence[Any]]) -> str:
@@ -338,8 +372,9 @@ def _latest_tokenizer(run_dir: Path) -> Decoder | None:
     candidates = sorted(run_dir.glob("checkpoints/iter_*/model/tokenizer.json"))
     if not candidates:
         return None
+    tokenizer = folder_file(run_dir, candidates[-1].relative_to(run_dir))
     try:
-        return load_tokenizer(candidates[-1])
+        return load_tokenizer(tokenizer) if tokenizer else None
     except ImportError:
         logger.info("tokenizers is not installed: heat strips without token texts")
         return None
@@ -355,6 +390,7 @@ def run_payload(
     from trainers.sinks import read_metrics
 
     run_dir = Path(run_dir)
+    folder_file(run_dir, "metrics.jsonl")  # a link out of the run is refused
     metrics = [_clean(row) for row in read_metrics(run_dir)]
     if decode is None:
         decode = _latest_tokenizer(run_dir)
@@ -362,6 +398,7 @@ def run_payload(
     games: list[dict[str, Any]] = []
     buffers = sorted(run_dir.glob("buffers/iter_*.parquet")) + sorted(run_dir.glob("buffers/iter_*.jsonl"))
     for buffer in buffers:
+        folder_file(run_dir, buffer.relative_to(run_dir))  # a link out of the run is refused
         found = _ITERATION_FILE.search(buffer.name)
         # iter_00000 holds the games of the iteration that metrics.jsonl logs as iteration 1
         iteration = int(found.group(1)) + 1 if found else None
@@ -383,17 +420,22 @@ def tournament_payload(path: str | os.PathLike, *, decode: Decoder | None = None
     """The page data of a ``spyrl tournament`` result (its folder or its ``summary.json``)."""
     path = Path(path)
     summary_path = path / "summary.json" if path.is_dir() else path
-    summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    if path.is_dir():
+        folder_file(path, "summary.json")
+    summary = read_json(summary_path, "tournament summary")
     if not isinstance(summary, dict) or "metrics" not in summary:
         raise ValueError(f"{str(summary_path)!r} is not a tournament summary (no 'metrics')")
+    for key in ("metrics", "ratings", "config"):
+        if not isinstance(summary.get(key) or {}, dict):
+            raise ValueError(f"{str(summary_path)!r} is not a tournament summary ({key!r} is not an object)")
     folder = summary_path.parent
     documents: dict[str, dict[str, str]] = {}
     games: list[dict[str, Any]] = []
-    buffer = folder / "games.parquet"
+    buffer = folder_file(folder, "games.parquet")
     degrade = (summary.get("config") or {}).get("degrade")
-    if buffer.is_file():
+    if buffer is not None:
         games = game_records(_iter_rows(buffer), documents, decode=decode, degrade=degrade or None)
-    chart = folder / "chart.png"
+    chart = read_folder_file(folder, "chart.png", max_bytes=_MAX_CHART_BYTES)
     return {
         "kind": "tournament",
         "title": folder.resolve().name,
@@ -403,12 +445,18 @@ def tournament_payload(path: str | os.PathLike, *, decode: Decoder | None = None
             "metrics": _clean(summary.get("metrics", {})),
             "ratings": _clean(summary.get("ratings", {})),
             "config": _clean(summary.get("config", {})),
-            "chart": _png_data_uri(chart) if chart.is_file() else None,
+            "chart": _png_data_uri(chart, folder / "chart.png") if chart is not None else None,
         },
     }
 
 
-def _png_data_uri(path: Path) -> str:
+_MAX_CHART_BYTES = 16 * 2**20
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _png_data_uri(data: bytes, path: Path) -> str:
     import base64
 
-    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+    if not data.startswith(_PNG_SIGNATURE):
+        raise ValueError(f"{str(path)!r} is not a PNG image")
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
