@@ -3,7 +3,7 @@
 ``agents.load(spec)`` builds a policy from a spec string such as ``"heuristic"``,
 ``"hf:Qwen/Qwen3-4B-Instruct-2507"`` or ``"openai:my-model@http://127.0.0.1:8000/v1"``. Each kind
 of spec is a backend in the registry (:mod:`agents.registry`): :func:`register_backend` adds
-one, and the table below, the ``spyrl`` command line and the README are generated from it.
+one, and the table below, the ``spyrl`` command line and docs/GUIDE.md's agents table are generated from it.
 
 Heavy backends import their dependencies only when their spec is loaded. A policy is anything
 with a ``name`` and ``act(observations) -> list[str | Action]`` (:class:`spy_env.policy.Policy`).

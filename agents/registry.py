@@ -3,7 +3,7 @@
 A backend is a name (the part of a spec before ``:``), the form users write (``hf:PATH_OR_ID``),
 a one-line help, which arguments the form accepts, and a factory. ``agents.load``, the table in
 ``agents``' docstring, the ``spyrl`` command line (which options a seat's spec gets, and its help
-texts) and the README's agents table all read :data:`BACKENDS`, so a new backend is one file that
+texts) and docs/GUIDE.md's agents table all read :data:`BACKENDS`, so a new backend is one file that
 defines its policy and registers it::
 
     @register_backend("echo", spec="echo:TEXT", help="says TEXT every time", accepts=some_argument)
@@ -131,7 +131,7 @@ def spec_forms(backends: Iterable[Backend] | None = None) -> str:
 
 
 def backends_table() -> str:
-    """The registered backends as a Markdown table (the README's agents table is this text)."""
+    """The registered backends as a Markdown table (docs/GUIDE.md's agents table is this text)."""
     lines = ["| spec | what |", "|---|---|"]
     lines += [f"| `{b.spec}` | {b.help} |" for b in BACKENDS.values()]
     return "\n".join(lines)

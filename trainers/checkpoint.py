@@ -8,8 +8,8 @@ A checkpoint folder ``checkpoints/iter_K`` holds
   which tensor is which);
 - ``trainer_state.safetensors``: the optimizer's tensors (AdamW moments and steps) and torch's RNG
   states;
-- ``accelerate/`` (multi-process runs only): what ``Accelerator.save_state`` writes (see README,
-  "Safety": accelerate stores optimizer and RNG states with ``torch.save``);
+- ``accelerate/`` (multi-process runs only): what ``Accelerator.save_state`` writes (see docs/SAFETY.md:
+  accelerate stores optimizer and RNG states with ``torch.save``);
 - ``manifest.json``: the sha256 of every other file, written last.
 
 :func:`save_trainer` writes a trainer's checkpoint (staged in a temporary folder, renamed into
