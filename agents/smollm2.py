@@ -108,7 +108,6 @@ def load_smollm2(argument: str = "", **kwargs: Any):
 def load(**kwargs: Any):
     """An :class:`~agents.hf.HFPolicy` over SmolLM2-135M-Instruct (kwargs go to ``from_pretrained``)."""
     from agents.hf import HFPolicy
-    from agents.models import resolve_model_path
 
     kwargs.setdefault("name", "smollm2")
-    return HFPolicy.from_pretrained(resolve_model_path("smollm2"), **kwargs)
+    return HFPolicy.from_pretrained(str(converted_path()), **kwargs)

@@ -25,13 +25,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from spy_env.degrade import sentence_spans
 from spy_env.parsing import clean_text
-
-if TYPE_CHECKING:
-    from spy_env.config import GameConfig
 
 logger = logging.getLogger(__name__)
 
@@ -386,7 +383,16 @@ def load_corpus(
     return load_local(source, filt, max_documents=max_documents)
 
 
-def game_documents(config: GameConfig) -> tuple[Document, ...]:
+class CorpusSettings(Protocol):
+    """The fields of :class:`spy_env.config.GameConfig` that say which documents a game plays
+    (declared here so the corpus does not import the config that imports it)."""
+
+    corpus: Any
+    max_document_chars: int
+    max_documents: int | None
+
+
+def game_documents(config: CorpusSettings) -> tuple[Document, ...]:
     """The documents ``config`` plays: its ``corpus`` as given when that already holds
     :class:`Document` s (loaded and filtered once, e.g. by a runner or a trainer), else loaded from
     its spec or rows with the config's filter. A spec string is loaded once per process."""

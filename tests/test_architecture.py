@@ -81,3 +81,77 @@ def test_architecture_doc_names_only_real_files():
     paths = set(re.findall(r"`((?:spy_env|agents|trainers|spyrl|tests|benchmarks|examples|docs)/[\w/.-]+)`", text))
     assert paths, "the doc names no files"
     assert sorted(p for p in paths if not (ROOT / p).exists()) == []
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Which package modules each package module imports, anywhere in it (function-level imports
+    too). ``from a import b`` names the module ``a.b`` when it is one, else ``a``."""
+    paths = [p for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py"))]
+    modules = {module_name(p): p for p in paths}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        edges = graph.setdefault(name, set())
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                edges.update(alias.name for alias in node.names if alias.name in modules)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:  # relative: from the module's package, up level - 1 packages
+                    base = name.split(".")[: len(name.split(".")) - node.level + is_package]
+                    target = ".".join([*base, *([node.module] if node.module else [])])
+                else:
+                    target = node.module or ""
+                for alias in node.names:
+                    if f"{target}.{alias.name}" in modules:
+                        edges.add(f"{target}.{alias.name}")
+                    elif target in modules:
+                        edges.add(target)
+        edges.discard(name)
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while (w := stack.pop()) != v:
+                component.append(w)
+            if component:
+                circles.append(sorted([v, *component]))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_the_graph_sees_a_circle():
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    graph = import_graph()
+    assert "agents.decoding" in graph["agents.hf"], "the import graph misses a plain import"
+
+
+def test_no_import_circle_among_package_modules():
+    """A circle works only through import order and lazy imports; each module should read on its
+    own, so the modules of the packages form a directed acyclic graph (package ``__init__``
+    re-exports included, their implicit parent import not)."""
+    assert import_circles(import_graph()) == []

@@ -29,19 +29,16 @@ import hashlib
 import json
 import logging
 import os
-import random
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from spy_env.io import check_tree, honour_umask, pid_alive, write_text
-
-if TYPE_CHECKING:
-    from trainers.grpo import SpyRLTrainer
+from trainers.snapshots import optimizer_from_flat, optimizer_to_flat, restore_rng, rng_snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -196,67 +193,6 @@ def first_non_finite(model: torch.nn.Module) -> str | None:
 
 
 # ------------------------------------------------------------------------ state as data
-def _tensor(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().to("cpu").contiguous().clone()
-
-
-def optimizer_to_flat(state_dict: Mapping[str, Any], prefix: str = "optimizer") -> tuple[dict, dict]:
-    """A torch optimizer ``state_dict`` as (JSON skeleton, named tensors)."""
-    tensors: dict[str, torch.Tensor] = {}
-    skeleton_state: dict[str, dict[str, Any]] = {}
-    for pid, entry in state_dict["state"].items():
-        out = {}
-        for key, value in entry.items():
-            if isinstance(value, torch.Tensor):
-                name = f"{prefix}.state.{pid}.{key}"
-                tensors[name] = _tensor(value)
-                out[key] = {"tensor": name}
-            else:
-                out[key] = {"value": value}
-        skeleton_state[str(pid)] = out
-    return {"state": skeleton_state, "param_groups": list(state_dict["param_groups"])}, tensors
-
-
-def optimizer_from_flat(skeleton: Mapping[str, Any], tensors: Mapping[str, torch.Tensor], current: Any) -> dict:
-    """Rebuild a ``state_dict`` for ``current`` (an optimizer) from :func:`optimizer_to_flat`'s output."""
-    state = {}
-    for pid, entry in skeleton["state"].items():
-        state[int(pid)] = {
-            key: tensors[value["tensor"]] if "tensor" in value else value["value"] for key, value in entry.items()
-        }
-    groups = []
-    for saved, now in zip(skeleton["param_groups"], current.state_dict()["param_groups"], strict=True):
-        # JSON has no tuples: give back tuples where the optimizer has them (AdamW's betas)
-        groups.append({k: tuple(v) if isinstance(now.get(k), tuple) else v for k, v in saved.items()})
-    return {"state": state, "param_groups": groups}
-
-
-def rng_snapshot() -> tuple[dict, dict]:
-    """Python, NumPy and torch (CPU, CUDA) RNG states as (JSON, named tensors)."""
-    version, internal, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    json_part = {
-        "python": [version, list(internal), gauss],
-        "numpy": [kind, [int(k) for k in keys], int(pos), int(has_gauss), float(cached)],
-    }
-    tensors = {"rng.torch": _tensor(torch.get_rng_state())}
-    if torch.cuda.is_available():
-        for i, state in enumerate(torch.cuda.get_rng_state_all()):
-            tensors[f"rng.cuda.{i}"] = _tensor(state)
-    return json_part, tensors
-
-
-def restore_rng(json_part: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> None:
-    version, internal, gauss = json_part["python"]
-    random.setstate((int(version), tuple(int(x) for x in internal), gauss))
-    kind, keys, pos, has_gauss, cached = json_part["numpy"]
-    np.random.set_state((str(kind), np.asarray(keys, dtype=np.uint32), int(pos), int(has_gauss), float(cached)))
-    torch.set_rng_state(tensors["rng.torch"])
-    cuda = [tensors[k] for k in sorted((k for k in tensors if k.startswith("rng.cuda.")), key=lambda k: int(k[9:]))]
-    if cuda and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(cuda)
-
-
 def _jsonable(value: Any) -> Any:
     """JSON-safe copy: tuples → lists, NumPy scalars → Python numbers (floats round-trip exactly)."""
     if isinstance(value, Mapping):
@@ -292,7 +228,30 @@ def read_state(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
 
 
 # ------------------------------------------------------------------------ a trainer's checkpoint
-def save_trainer(trainer: SpyRLTrainer) -> Path:
+class Checkpointed(Protocol):
+    """What a checkpoint reads and restores of a trainer (:class:`trainers.grpo.SpyRLTrainer` is
+    one); declared here so this module does not import the trainer that imports it."""
+
+    output_dir: Path
+    iteration: int
+    distributed: bool
+    accelerator: Any  # accelerate.Accelerator
+    model: Any  # the (possibly wrapped) torch module
+    optimizer: Any  # torch.optim.Optimizer
+    scheduler: Any  # torch.optim.lr_scheduler.LRScheduler
+    tokenizer: Any
+    controller: Any  # trainers.algorithm.StageController
+    rae: Any  # trainers.algorithm.RAEBaselines
+    sinks: Any  # trainers.metrics.MetricSinks
+    config: Any  # trainers.config.SpyRLConfig
+
+    @property
+    def unwrapped(self) -> Any: ...
+
+    def all_reduce(self, values: Sequence[float], op: str = ...) -> list[float]: ...
+
+
+def save_trainer(trainer: Checkpointed) -> Path:
     """Write ``trainer``'s checkpoint to ``checkpoints/iter_K`` atomically; every process calls it."""
     root = trainer.output_dir / "checkpoints"
     target = root / f"iter_{trainer.iteration:05d}"
@@ -329,7 +288,7 @@ def save_trainer(trainer: SpyRLTrainer) -> Path:
     return target
 
 
-def _refuse_non_finite(trainer: SpyRLTrainer) -> None:
+def _refuse_non_finite(trainer: Checkpointed) -> None:
     """Never write NaN weights over the run; every process decides together (each may hold only a
     shard), so none waits for the others forever."""
     bad = first_non_finite(trainer.unwrapped)
@@ -339,7 +298,7 @@ def _refuse_non_finite(trainer: SpyRLTrainer) -> None:
         raise CheckpointError(f"parameter {bad} is not finite; checkpoint iter_{trainer.iteration:05d} not written")
 
 
-def _trainer_state(trainer: SpyRLTrainer) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+def _trainer_state(trainer: Checkpointed) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """The JSON state and tensors of ``trainer`` (the optimizer's only in one process: accelerate saves it else)."""
     rng, tensors = rng_snapshot()
     optimizer = None
@@ -361,7 +320,7 @@ def _trainer_state(trainer: SpyRLTrainer) -> tuple[dict[str, Any], dict[str, tor
     return state, tensors
 
 
-def load_trainer(trainer: SpyRLTrainer, checkpoint: Path) -> None:
+def load_trainer(trainer: Checkpointed, checkpoint: Path) -> None:
     """Restore ``trainer`` from a checkpoint folder that :func:`open_checkpoint` verified."""
     state, tensors = read_state(checkpoint)
     _load_weights(trainer, checkpoint, state)
@@ -376,7 +335,7 @@ def load_trainer(trainer: SpyRLTrainer, checkpoint: Path) -> None:
     logger.info("resumed from %s at iteration %d", checkpoint, trainer.iteration)
 
 
-def _load_weights(trainer: SpyRLTrainer, checkpoint: Path, state: Mapping[str, Any]) -> None:
+def _load_weights(trainer: Checkpointed, checkpoint: Path, state: Mapping[str, Any]) -> None:
     if trainer.distributed:
         if not state["distributed"]:
             raise CheckpointError(f"{checkpoint} was written by a single process; resume it with one process")
