@@ -21,8 +21,8 @@ sampled ones: those are the model's decisions, the only tokens a policy gradient
 Forced tokens keep their log-probabilities for the record but carry no decision.
 
 The options are one record, :class:`DecodingOptions`, whatever the backend. The programs work on
-token ids and are backend-independent; :class:`agents.hf.HFPolicy` runs them inside ``generate`` as
-a logits processor. vLLM has no per-token hook, so its backends send the same constraints as
+token ids and are backend-independent; :class:`ProgramsProcessor` runs them inside ``generate`` as
+a logits processor (:class:`agents.hf.HFPolicy` uses it). vLLM has no per-token hook, so its backends send the same constraints as
 structured-output patterns (:func:`vote_regex`, :func:`boxed_body_regex`,
 :func:`boxed_answer_regex`): reasoning budgets there are counted in characters
 (:data:`CHARS_PER_TOKEN` per token), and nested braces in an answer go one level deep.
@@ -43,6 +43,7 @@ __all__ = [
     "AnswerProgram",
     "DecodeProgram",
     "DecodingOptions",
+    "ProgramsProcessor",
     "VoteProgram",
     "boxed_answer_regex",
     "boxed_body_regex",
@@ -172,28 +173,70 @@ def vote_regex(observations: Sequence[Mapping[str, Any]], *, abstain: bool = Fal
 class DecodeProgram:
     """The decoding state of one row: which tokens are allowed next, and which were sampled.
 
-    Subclasses implement :meth:`allowed`; :meth:`advance` records the token that was generated.
+    Subclasses implement :meth:`allowed` (a pure function of the state); :meth:`advance` records
+    the token that was generated, and whether the model chose it, from the constraint it was
+    generated under. :meth:`observe` sees each step's raw log-probabilities before sampling.
     """
 
     def __init__(self) -> None:
         self.tokens: list[int] = []
         self.scored: list[int] = []  # 1 = sampled by the model, 0 = forced
         self.done = False
-        self._pending_scored = 1
 
     def allowed(self) -> tuple[list[int] | None, set[int]]:
         """``(only, banned)``: the only allowed ids (None = free) and ids banned when free."""
         raise NotImplementedError
 
-    def advance(self, token: int) -> None:
-        self.tokens.append(token)
-        self.scored.append(self._pending_scored)
+    def observe(self, logprobs: Callable[[], Any]) -> None:
+        """See the step's raw (temperature 1) log-probabilities, a (V,) tensor made on demand."""
 
-    def plan(self) -> tuple[list[int] | None, set[int]]:
-        """Call once per step before sampling: the constraint, remembering whether it is a choice."""
-        only, banned = self.allowed()
-        self._pending_scored = 0 if only is not None and len(set(only)) == 1 else 1
-        return only, banned
+    def advance(self, token: int) -> None:
+        only, _ = self.allowed()  # the constraint ``token`` was sampled under (state not yet moved)
+        self.tokens.append(token)
+        self.scored.append(0 if only is not None and len(set(only)) == 1 else 1)
+
+
+class ProgramsProcessor:
+    """A ``transformers`` logits processor that runs each row's :class:`DecodeProgram`.
+
+    At step t it first feeds every program the token sampled at step t-1, then applies each
+    row's constraint: the only allowed ids, or free sampling with some ids banned. It runs after
+    a log-prob recorder (which must see the raw logits) and before temperature/top-p. The last
+    generated token never reaches a processor: :meth:`finish` feeds it once generation is over.
+    """
+
+    def __init__(self, programs: Sequence[DecodeProgram | None], prompt_width: int) -> None:
+        self.programs = programs
+        self.width = prompt_width
+
+    def _feed(self, row: int, program: DecodeProgram, input_ids: Any) -> None:
+        if input_ids.shape[1] - self.width > len(program.tokens):
+            program.advance(int(input_ids[row, -1]))
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        for row, program in enumerate(self.programs):
+            if program is None or program.done:
+                continue
+            self._feed(row, program, input_ids)
+            if program.done:
+                continue
+            program.observe(lambda row=row: torch.log_softmax(scores[row].float(), dim=-1))
+            only, banned = program.allowed()
+            if only is not None:
+                keep = scores[row, only].clone()
+                scores[row] = float("-inf")
+                scores[row, only] = keep
+            elif banned:
+                scores[row, sorted(banned)] = float("-inf")
+        return scores
+
+    def finish(self, sequences: Any) -> None:
+        """Feed every unfinished program the last generated token of ``sequences`` (B, W + T)."""
+        for row, program in enumerate(self.programs):
+            if program is not None and not program.done:
+                self._feed(row, program, sequences)
 
 
 class _Trie:
@@ -279,6 +322,13 @@ class VoteProgram(DecodeProgram):
     def at_choice(self) -> bool:
         return self.trie is not None and len(self.trie.next_tokens()) > 1
 
+    def observe(self, logprobs: Callable[[], Any]) -> None:
+        """At the choice step, record each choice's first-token log-probability."""
+        if self.at_choice():
+            raw = logprobs()
+            self.choice_logprobs = {k: float(raw[t]) for k, t in self.first_tokens().items()}
+            self.choice_step = len(self.tokens)
+
     def allowed(self) -> tuple[list[int] | None, set[int]]:
         if self.trie is None:
             return None, {self.eos}
@@ -328,6 +378,7 @@ class AnswerProgram(DecodeProgram):
         self.forced: list[int] = []
         self.answer_start = 0
         self._complete = False  # the body's text already holds a boxed answer
+        self._pieces: dict[int, str] = {}  # token id -> its own text
 
     def allowed(self) -> tuple[list[int] | None, set[int]]:
         if self.forced:
@@ -351,7 +402,8 @@ class AnswerProgram(DecodeProgram):
             self.done = True
             return
         if self.phase == "body":
-            self._complete = self.has_answer(self.decode(self.tokens))
+            if self._may_complete_answer(token):
+                self._complete = self.has_answer(self.decode(self.tokens))
             if len(self.tokens) >= self.budget:
                 self.forced = [self.eos] if self._complete else list(self.opener)
                 self.phase = "closing" if self._complete else "opening"
@@ -363,6 +415,22 @@ class AnswerProgram(DecodeProgram):
         elif len(self.tokens) - self.answer_start >= self.answer_tokens:  # close every open brace
             depth = min(1 + answer.count("{") - answer.count("}"), self.MAX_CLOSERS)
             self.forced, self.phase = [*self.closer * depth, self.eos], "closing"
+
+    def _may_complete_answer(self, token: int) -> bool:
+        """Whether appending ``token`` can make the body hold a complete ``\\boxed{…}``.
+
+        Only a closing brace can, and only while no answer is complete: appended text leaves every
+        box that was closed closed, with the same content, so an answer once complete stays so,
+        and text without ``}`` closes nothing. A brace is one ASCII byte, so a token adds one to
+        the text exactly when its own text holds one. The body is decoded again only then, not at
+        every token (which was quadratic in the body's length).
+        """
+        if self._complete:
+            return False
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = self._pieces[token] = self.decode([token])
+        return "}" in piece
 
     @staticmethod
     def reserved(opener: Sequence[int], closer: Sequence[int], answer_tokens: int) -> int:

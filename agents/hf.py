@@ -17,7 +17,15 @@ from dataclasses import asdict
 from typing import Any
 
 from agents.chat import encode_observation
-from agents.decoding import AnswerProgram, DecodeProgram, DecodingOptions, VoteProgram, is_vote, vote_choices
+from agents.decoding import (
+    AnswerProgram,
+    DecodeProgram,
+    DecodingOptions,
+    ProgramsProcessor,
+    VoteProgram,
+    is_vote,
+    vote_choices,
+)
 from agents.registry import register_backend, some_argument
 from agents.sampling import SamplingParams
 from agents.tensors import left_pad
@@ -104,42 +112,6 @@ class _SampledLogprobs:
         if not self.columns:
             return torch.zeros(sequences.shape[0], 0)
         return torch.stack(self.columns, dim=1)
-
-
-class _RunPrograms:
-    """Logits processor that runs each row's :class:`~agents.decoding.DecodeProgram`.
-
-    At step t it first feeds every program the token sampled at step t-1, then applies each
-    row's constraint: the only allowed ids, or free sampling with some ids banned. It runs after
-    the log-prob recorder (which must see the raw logits) and before temperature/top-p.
-    """
-
-    def __init__(self, programs: Sequence[DecodeProgram | None], prompt_width: int) -> None:
-        self.programs = programs
-        self.width = prompt_width
-
-    def __call__(self, input_ids, scores):
-        torch = _torch()
-        step = input_ids.shape[1] - self.width
-        for row, program in enumerate(self.programs):
-            if program is None or program.done:
-                continue
-            if step > len(program.tokens):
-                program.advance(int(input_ids[row, -1]))
-            if program.done:
-                continue
-            only, banned = program.plan()
-            if isinstance(program, VoteProgram) and program.at_choice():
-                raw = torch.log_softmax(scores[row].float(), dim=-1)
-                program.choice_logprobs = {k: float(raw[t]) for k, t in program.first_tokens().items()}
-                program.choice_step = len(program.tokens)
-            if only is not None:
-                keep = scores[row, only].clone()
-                scores[row] = float("-inf")
-                scores[row, only] = keep
-            elif banned:
-                scores[row, sorted(banned)] = float("-inf")
-        return scores
 
 
 class HFPolicy:
@@ -331,8 +303,9 @@ class HFPolicy:
         self._calls += 1
         recorder = _SampledLogprobs()
         processors: list[Any] = [recorder]  # first: it must see the raw logits
-        if any(program is not None for program in programs):
-            processors.append(_RunPrograms(programs, width))
+        runner = ProgramsProcessor(programs, width) if any(p is not None for p in programs) else None
+        if runner is not None:
+            processors.append(runner)
         with torch.inference_mode(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*past_key_values.*", category=FutureWarning)  # renamed in v5
             sequences = self.model.generate(
@@ -342,6 +315,8 @@ class HFPolicy:
                 generation_config=self._generation_config(),
                 logits_processor=LogitsProcessorList(processors),
             )
+        if runner is not None:
+            runner.finish(sequences)
         completions = sequences[:, width:].cpu()
         logprobs = recorder.finish(sequences).cpu()
         return [
@@ -373,8 +348,6 @@ class HFPolicy:
         kept = tokens if stop is None else tokens[: stop + 1]
         mask = distribution = choice_step = choice_tokens = None
         if program is not None:
-            for token in kept[len(program.tokens) :]:  # the last token never reached the processor
-                program.advance(token)
             mask = list(program.scored[: len(kept)])
             if isinstance(program, VoteProgram):
                 distribution = program.distribution()

@@ -193,3 +193,34 @@ def test_boxed_answers_end_every_performance(tiny_model_dir):
         assert mask[-1] == 0 or last_boxed(policy.tokenizer.decode(ids[:-1])) is not None  # EOS forced, or chosen
         ref = teacher_forced(policy.model, action.prompt_token_ids, ids)
         assert torch.allclose(torch.tensor(action.logprobs), ref, atol=1e-4)
+
+
+def test_boxed_answer_is_detected_incrementally_as_by_decoding_the_whole_body(tiny_model_dir):
+    """The body's ``\\boxed{…}`` status, kept up token by token, equals decoding the whole body
+    and looking for a boxed answer after every token, on random texts dense in braces."""
+    import random
+
+    from transformers import AutoTokenizer
+
+    from agents.decoding import AnswerProgram
+    from spy_env.parsing import last_boxed
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+
+    def decode(ids):
+        return tokenizer.decode(ids, skip_special_tokens=True)
+
+    pieces = ["\\boxed{", "\\boxed ", "{", "}", " ", "x", "42", "\\frac{1}{2}", "}}", " \\boxed{ }", "é"]
+    pool = [tokenizer.encode(p, add_special_tokens=False) for p in pieces]
+    pool += [[t] for t in random.Random(0).sample(range(len(tokenizer)), 30)]
+    rng = random.Random(1)
+    changes = 0
+    for _ in range(400):
+        program = AnswerProgram(10_000, [1], [2], eos=-1, decode=decode, has_answer=lambda s: last_boxed(s) is not None)
+        previous = False
+        for token in [t for _ in range(20) for t in rng.choice(pool)]:
+            program.advance(token)
+            assert program._complete == (last_boxed(decode(program.tokens)) is not None), program.tokens
+            changes += program._complete != previous
+            previous = program._complete
+    assert changes > 30  # the texts did open, close and reopen boxes
