@@ -62,13 +62,15 @@ class DecodingOptions:
     """How an LLM's replies are shaped while decoded (see the module docstring), for any backend.
 
     ``vote_mode`` (:data:`VOTE_MODES`), ``think_tokens`` (the reasoning budget of
-    think-then-vote), ``abstain`` (forced votes may pick ``N/A``; never in ``constrained``),
-    ``answer`` (:data:`ANSWER_MODES`) and ``answer_tokens`` (the length of a forced answer).
+    think-then-vote), ``abstain`` (forced votes may pick ``N/A``; never in ``constrained``; off by
+    default: a forced vote names a seat), ``answer`` (:data:`ANSWER_MODES`) and ``answer_tokens``
+    (the length of a forced answer). Every backend and the trainer take this one record;
+    :meth:`check_supported` refuses options an engine cannot honour.
     """
 
     vote_mode: str = "free"
     think_tokens: int = 32
-    abstain: bool = True
+    abstain: bool = False
     answer: str = "free"
     answer_tokens: int = 12
 
@@ -82,6 +84,23 @@ class DecodingOptions:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
+    def check_supported(
+        self, engine: str, *, vote_modes: Sequence[str] = VOTE_MODES, answers: Sequence[str] = ANSWER_MODES
+    ) -> DecodingOptions:
+        """These options, or a ``ValueError`` naming the field ``engine`` cannot honour.
+
+        >>> DecodingOptions(answer="boxed").check_supported("vLLM training", answers=("free",))
+        Traceback (most recent call last):
+        ...
+        ValueError: DecodingOptions.answer='boxed' is not supported by vLLM training (supported: 'free')
+        """
+        for name, supported in (("vote_mode", vote_modes), ("answer", answers)):
+            value = getattr(self, name)
+            if value not in supported:
+                allowed = ", ".join(repr(s) for s in supported)
+                raise ValueError(f"DecodingOptions.{name}={value!r} is not supported by {engine} (supported: {allowed})")
+        return self
+
     @property
     def offers_abstain(self) -> bool:
         """Whether a forced vote may pick ``N/A`` (``constrained`` is the bare tag with a seat)."""
@@ -90,7 +109,7 @@ class DecodingOptions:
     def vote_pattern(self, observations: Sequence[Mapping[str, Any]]) -> str | None:
         """The structured-output regex of a batch of votes under these options (None: free).
 
-        >>> DecodingOptions("think-then-vote", think_tokens=8).vote_pattern([{"stage": 1, "vote_targets": [1, 1]}])
+        >>> DecodingOptions("think-then-vote", think_tokens=8, abstain=True).vote_pattern([{"stage": 1, "vote_targets": [1, 1]}])
         '[^<]{0,32}<vote>(?:1|2|N/A)</vote>'
         >>> DecodingOptions("constrained").vote_pattern([{"stage": 1, "vote_targets": [0, 1]}])
         '<vote>(?:2)</vote>'

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict
 from typing import Any
 
 from agents.chat import encode_observation
@@ -117,8 +116,8 @@ class _SampledLogprobs:
 class HFPolicy:
     """A transformers model as a batched policy.
 
-    ``vote_mode``, ``think_tokens``, ``abstain``, ``answer`` and ``answer_tokens`` shape replies
-    while they are decoded (see :mod:`agents.decoding`); actions then carry
+    ``decoding`` (a :class:`~agents.decoding.DecodingOptions`) shapes replies while they are
+    decoded (see :mod:`agents.decoding`); actions then carry
     ``completion_mask`` (1 for the tokens the model chose, 0 for forced ones) and, for votes,
     ``vote_distribution`` (the model's probability of each choice at the choice step).
     """
@@ -132,16 +131,12 @@ class HFPolicy:
         name: str = "hf",
         batch_size: int = 16,
         chat_template_kwargs: dict[str, Any] | None = None,
-        vote_mode: str = "free",
-        think_tokens: int = 32,
-        abstain: bool = True,
-        answer: str = "free",
-        answer_tokens: int = 12,
+        decoding: DecodingOptions | None = None,
         share_prefix: bool = True,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.decoding = DecodingOptions(vote_mode, think_tokens, abstain, answer, answer_tokens)
+        self.decoding = decoding or DecodingOptions()
         self.model = model
         self.tokenizer = tokenizer
         self.sampling = sampling or SamplingParams()
@@ -166,15 +161,10 @@ class HFPolicy:
         sampling: SamplingParams | None = None,
         name: str | None = None,
         batch_size: int = 16,
-        vote_mode: str = "free",
-        think_tokens: int = 32,
-        abstain: bool = True,
-        answer: str = "free",
-        answer_tokens: int = 12,
+        decoding: DecodingOptions | None = None,
         **model_kwargs: Any,
     ) -> HFPolicy:
         """Load a model and tokenizer by hub id or local folder (``gguf_file`` for GGUF weights)."""
-        decoding = DecodingOptions(vote_mode, think_tokens, abstain, answer, answer_tokens)  # checked before loading
         _torch()
         try:
             from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -186,7 +176,7 @@ class HFPolicy:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device), **extra, **model_kwargs)
         model.to(device).eval()
         name = name or f"hf:{path}"
-        return cls(model, tokenizer, sampling=sampling, name=name, batch_size=batch_size, **asdict(decoding))
+        return cls(model, tokenizer, sampling=sampling, name=name, batch_size=batch_size, decoding=decoding)
 
     # ------------------------------------------------------------------ policy
     def act(self, observations: Sequence[Observation]) -> list[Action]:

@@ -113,8 +113,8 @@ class _Reply:
 class VLLMPolicy:
     """A ``vllm.LLM`` engine as a batched policy (engine kwargs go to ``vllm.LLM``).
 
-    ``vote_mode``, ``think_tokens``, ``abstain``, ``answer`` and ``answer_tokens`` shape replies as
-    in :class:`agents.hf.HFPolicy` (see the module docstring for how vLLM enforces them).
+    ``decoding`` (a :class:`~agents.decoding.DecodingOptions`) shapes replies as in
+    :class:`agents.hf.HFPolicy` (see the module docstring for how vLLM enforces them).
     """
 
     def __init__(
@@ -123,15 +123,11 @@ class VLLMPolicy:
         *,
         sampling: SamplingParams | None = None,
         name: str | None = None,
-        vote_mode: str = "free",
-        think_tokens: int = 32,
-        abstain: bool = True,
-        answer: str = "free",
-        answer_tokens: int = 12,
+        decoding: DecodingOptions | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         **engine_kwargs: Any,
     ):
-        self.decoding = DecodingOptions(vote_mode, think_tokens, abstain, answer, answer_tokens)
+        self.decoding = (decoding or DecodingOptions()).check_supported("the vllm backend")
         vllm = _vllm()
         self.sampling = sampling or SamplingParams()
         self.name = name or f"vllm:{model}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -16,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from agents.decoding import ANSWER_MODES, VOTE_MODES
+from agents.decoding import ANSWER_MODES, VOTE_MODES, DecodingOptions
 from agents.registry import BACKENDS, backend_of, spec_forms
 from spy_env.config import GameConfig
 from spy_env.degrade import DEGRADERS
@@ -242,16 +243,17 @@ def _load_agent(spec: str, args: argparse.Namespace) -> Any:
             seed=args.seed,
         )
     if backend is not None and backend.decoding:
-        kwargs.update(
-            batch_size=args.batch_size,
-            vote_mode=args.vote_mode,
-            think_tokens=args.think_tokens,
-            abstain=args.abstain,
-            answer=args.answer,
-        )
+        kwargs.update(batch_size=args.batch_size, decoding=_decoding_options(args))
     note = backend.loading_note if backend is not None else ""
     with console.status(f"loading agent {markup_safe(spec)}{note}"):
         return agents.load(spec, **kwargs)
+
+
+def _decoding_options(args: argparse.Namespace) -> DecodingOptions:
+    """The command's ``--vote-mode``, ``--think-tokens``, ``--abstain`` and ``--answer`` as one record."""
+    return DecodingOptions(
+        vote_mode=args.vote_mode, think_tokens=args.think_tokens, abstain=args.abstain, answer=args.answer
+    )
 
 
 def _seat_policies(args: argparse.Namespace, n_players: int) -> list[Any]:
@@ -498,10 +500,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "temperature": args.temperature,
         "top_p": args.top_p,
         "max_new_tokens": args.max_new_tokens,
-        "vote_mode": args.vote_mode,
-        "think_tokens": args.think_tokens,
-        "abstain": args.abstain,
-        "answer": args.answer,
+        **dataclasses.asdict(_decoding_options(args)),
         "seed": args.seed,
     }
     with console.status(f"spyrl bench {args.set}: {args.model}"):

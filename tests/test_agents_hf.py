@@ -8,6 +8,7 @@ torch = pytest.importorskip("torch")
 
 import spy_env  # noqa: E402
 from agents import SamplingParams  # noqa: E402
+from agents.decoding import DecodingOptions  # noqa: E402
 from agents.hf import HFPolicy, _common_prefix  # noqa: E402
 from spy_env.runner import rollout  # noqa: E402
 
@@ -124,9 +125,7 @@ def test_forced_votes_are_always_valid_and_score_only_the_models_choices(tiny_mo
         str(tiny_model_dir),
         device="cpu",
         sampling=SamplingParams(max_new_tokens=24, seed=0),
-        vote_mode=vote_mode,
-        think_tokens=6,
-        abstain=abstain,
+        decoding=DecodingOptions(vote_mode, think_tokens=6, abstain=abstain),
     )
     obs = [o for o in observations(4) if o["stage"] == 1]
     actions = policy.act(obs)
@@ -173,8 +172,7 @@ def test_boxed_answers_end_every_performance(tiny_model_dir):
         str(tiny_model_dir),
         device="cpu",
         sampling=SamplingParams(max_new_tokens=30, seed=3),
-        answer="boxed",
-        answer_tokens=5,
+        decoding=DecodingOptions(answer="boxed", answer_tokens=5),
     )
     obs = [o for o in observations(4) if o["stage"] == 0]
     free = HFPolicy(policy.model, policy.tokenizer, sampling=policy.sampling).act(obs)

@@ -20,7 +20,7 @@ pytest.importorskip("transformers")
 import agents
 import spy_env
 from agents.chat import encode_chat
-from agents.decoding import CHARS_PER_TOKEN, boxed_answer_regex, boxed_body_regex
+from agents.decoding import CHARS_PER_TOKEN, DecodingOptions, boxed_answer_regex, boxed_body_regex
 from agents.hf import HFPolicy
 from agents.vllm_backend import VLLMPolicy
 from spy_env.parsing import last_boxed
@@ -124,7 +124,7 @@ def test_free_replies_send_hf_prompt_ids_and_the_sampling(fake_vllm, tiny_model_
     ("vote_mode", "abstain", "think"), [("constrained", True, ""), ("think-then-vote", True, "[^<]{0,24}")]
 )
 def test_votes_are_constrained_per_voter(fake_vllm, tiny_model_dir, vote_mode, abstain, think):
-    policy = VLLMPolicy(str(tiny_model_dir), vote_mode=vote_mode, think_tokens=6, abstain=abstain)
+    policy = VLLMPolicy(str(tiny_model_dir), decoding=DecodingOptions(vote_mode, think_tokens=6, abstain=abstain))
     _, voting = _observations(4)
     actions = policy.act(voting)
     [(_, params)] = fake_vllm[0].calls
@@ -137,9 +137,13 @@ def test_votes_are_constrained_per_voter(fake_vllm, tiny_model_dir, vote_mode, a
 
 def test_boxed_answers_continue_a_body_that_ran_out(fake_vllm, tiny_model_dir):
     sampling = agents.SamplingParams(max_new_tokens=40, seed=1)
-    policy = VLLMPolicy(str(tiny_model_dir), sampling=sampling, answer="boxed", answer_tokens=4)
+    policy = VLLMPolicy(
+        str(tiny_model_dir), sampling=sampling, decoding=DecodingOptions(answer="boxed", answer_tokens=4)
+    )
     performing, _ = _observations()
-    hf = HFPolicy.from_pretrained(str(tiny_model_dir), sampling=sampling, answer="boxed", answer_tokens=4)
+    hf = HFPolicy.from_pretrained(
+        str(tiny_model_dir), sampling=sampling, decoding=DecodingOptions(answer="boxed", answer_tokens=4)
+    )
     reserve = 40 - hf.program(performing[0]).budget  # the hf backend's token budget
     actions = policy.act(performing)
     (prompts, body), (continued, ending) = fake_vllm[0].calls
@@ -156,7 +160,7 @@ def test_boxed_answers_continue_a_body_that_ran_out(fake_vllm, tiny_model_dir):
 
 
 def test_a_game_with_shaped_replies_has_no_violations(fake_vllm, tiny_model_dir):
-    policy = VLLMPolicy(str(tiny_model_dir), vote_mode="constrained", answer="boxed", answer_tokens=4,
+    policy = VLLMPolicy(str(tiny_model_dir), decoding=DecodingOptions("constrained", answer="boxed", answer_tokens=4),
                         sampling=agents.SamplingParams(max_new_tokens=40))  # fmt: skip
     buffer = rollout(spy_env.GameConfig(n_players=3), [policy] * 3, 2, seed=0)
     assert not any(row["violations"] for row in buffer)
@@ -164,11 +168,13 @@ def test_a_game_with_shaped_replies_has_no_violations(fake_vllm, tiny_model_dir)
 
 def test_bad_options_fail_before_the_engine_loads(fake_vllm, tiny_model_dir):
     with pytest.raises(ValueError, match="vote_mode must be one of"):
-        VLLMPolicy(str(tiny_model_dir), vote_mode="forced")
+        VLLMPolicy(str(tiny_model_dir), decoding=DecodingOptions(vote_mode="forced"))
     with pytest.raises(ValueError, match="leaves no room for a boxed answer"):
-        VLLMPolicy(str(tiny_model_dir), answer="boxed", sampling=agents.SamplingParams(max_new_tokens=8)).act(
-            _observations()[0]
-        )
+        VLLMPolicy(
+            str(tiny_model_dir),
+            decoding=DecodingOptions(answer="boxed"),
+            sampling=agents.SamplingParams(max_new_tokens=8),
+        ).act(_observations()[0])
     assert len(fake_vllm) == 1  # only the second policy got an engine
 
 

@@ -146,12 +146,13 @@ def test_bench_command(tmp_path):
 
 
 def test_an_hf_model_gets_expected_accuracy_from_its_vote_distribution(tiny_model_dir):
+    from agents.decoding import DecodingOptions
     from agents.hf import HFPolicy
 
     policy = HFPolicy.from_pretrained(
         str(tiny_model_dir),
         device="cpu",
-        vote_mode="constrained",
+        decoding=DecodingOptions("constrained"),
         sampling=agents.SamplingParams(max_new_tokens=8, seed=0),
     )
     result = run_bench("detect", policy, model="tiny", limit=3)["results"]["detect-v1"]

@@ -72,3 +72,17 @@ def test_float_fields_read_yaml_exponent_strings_as_numbers():
     assert GameConfig.from_dict({"beta": "2e-1"}).beta == 0.2
     with pytest.raises(ValueError, match="lam"):
         GameConfig.from_dict({"lam": "fast"})
+
+
+def test_decoding_options_have_one_abstain_default_and_the_old_name_is_a_deprecated_alias():
+    from agents.decoding import DecodingOptions
+    from trainers import SpyRLConfig
+    from trainers.policies import decoding_options
+
+    assert DecodingOptions().abstain is SpyRLConfig().abstain is False
+    with pytest.warns(DeprecationWarning, match=r"SpyRLConfig\.vote_abstain is deprecated.*use SpyRLConfig\.abstain"):
+        config = SpyRLConfig.from_dict({"vote_abstain": True, "vote_mode": "think-then-vote"})
+    assert config.abstain is True and config.vote_abstain is None
+    assert decoding_options(config) == DecodingOptions("think-then-vote", abstain=True)
+    with pytest.raises(ValueError, match=r"vote_abstain \(deprecated\) and SpyRLConfig\.abstain disagree"):
+        SpyRLConfig(vote_abstain=False, abstain=True)

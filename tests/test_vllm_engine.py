@@ -20,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-from agents.decoding import vote_regex  # noqa: E402
+from agents.decoding import DecodingOptions, vote_regex  # noqa: E402
 from agents.hf import HFPolicy  # noqa: E402
 from agents.sampling import SamplingParams  # noqa: E402
 from spy_env.buffer import EpisodeBuffer  # noqa: E402
@@ -232,3 +232,14 @@ def test_trainer_syncs_the_engine_after_each_update_and_after_resume(tmp_path, m
     assert len(engines[1].stale_before_sync) == 1, "a resumed trainer must push the checkpoint's weights"
     assert engines[1].stale_before_sync[0] > 0  # the engine started from the initial weights ...
     assert engines[1].distance() == 0.0  # ... and was given the checkpoint's
+
+
+def test_vllm_rollouts_refuse_a_boxed_answer_by_name(tiny):
+    """vLLM training sends one pattern per call and cannot force a boxed ending: refused, not dropped."""
+    _, model, tokenizer = tiny
+    with pytest.raises(ValueError, match=r"DecodingOptions\.answer='boxed' is not supported by vLLM rollouts"):
+        VLLMRolloutPolicy(object(), HFPolicy(model, tokenizer), decoding=DecodingOptions(answer="boxed"))
+    with pytest.raises(ValueError, match=r"SpyRLConfig\.answer must be 'free' with generation='vllm-colocate'"):
+        SpyRLConfig(answer="boxed", generation="vllm-colocate")
+    policy = VLLMRolloutPolicy(object(), HFPolicy(model, tokenizer), decoding=DecodingOptions("think-then-vote", 8))
+    assert policy.regex([{"stage": 1, "vote_targets": [1, 1]}]) == "[^<]{0,32}<vote>(?:1|2)</vote>"

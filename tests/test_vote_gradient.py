@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import spy_env  # noqa: E402
+from agents.decoding import DecodingOptions  # noqa: E402
 from agents.hf import HFPolicy  # noqa: E402
 from agents.sampling import SamplingParams  # noqa: E402
 from spy_env.stage import Stage  # noqa: E402
@@ -127,7 +128,9 @@ def test_sampled_votes_average_to_the_expected_gradient(tiny):
     advantages and loss, votes normalised over their batch of 8) points where ``expected``'s does."""
     model, tokenizer = tiny
     observations = vote_observations(3)[:8]
-    policy = HFPolicy(model, tokenizer, vote_mode="constrained", sampling=SamplingParams(temperature=1.0, seed=0))
+    policy = HFPolicy(
+        model, tokenizer, decoding=DecodingOptions("constrained"), sampling=SamplingParams(temperature=1.0, seed=0)
+    )
     with torch.no_grad():
         ids = [policy.encode(o) + tokenizer.encode("<vote>", add_special_tokens=False) for o in observations]
         logits = torch.stack([model(input_ids=torch.tensor([x])).logits[0, -1] for x in ids])
@@ -143,7 +146,9 @@ def test_sampled_votes_average_to_the_expected_gradient(tiny):
         votes = np.array([rng.choice(3, p=p / p.sum()) for p in q])
         rows.extend(_rows(q, spies, votes, draw))
     sampled = _choice_gradient(logits, rows, config)
-    expected_config = SpyRLConfig(vote_mode="constrained", detect_advantage_groups="game", vote_gradient="expected", beta=0.0)
+    expected_config = SpyRLConfig(
+        vote_mode="constrained", detect_advantage_groups="game", vote_gradient="expected", beta=0.0
+    )
     expected = _choice_gradient(logits, _rows(q, spies, np.argmax(q, 1), 0), expected_config)
     assert expected.norm() > 0
     assert _cosine(sampled, expected) >= 0.99
@@ -175,8 +180,10 @@ def test_forward_votes_are_the_generated_votes(tiny):
     model, tokenizer = tiny
     observations = vote_observations(3)
     greedy = SamplingParams(temperature=0.0, max_new_tokens=16)
-    generated = HFPolicy(model, tokenizer, vote_mode="constrained", sampling=greedy).act(observations)
-    forward = ForwardVotes(HFPolicy(model, tokenizer, vote_mode="constrained", sampling=greedy)).act(observations)
+    generated = HFPolicy(model, tokenizer, decoding=DecodingOptions("constrained"), sampling=greedy).act(observations)
+    forward = ForwardVotes(HFPolicy(model, tokenizer, decoding=DecodingOptions("constrained"), sampling=greedy)).act(
+        observations
+    )
     for g, f in zip(generated, forward, strict=True):
         assert f.completion_token_ids == g.completion_token_ids and f.text == g.text
         assert f.completion_mask == g.completion_mask
@@ -188,7 +195,7 @@ def test_forward_votes_are_the_generated_votes(tiny):
         assert [lp for lp, m in zip(f.logprobs, f.completion_mask, strict=True) if m] == pytest.approx(scored, abs=1e-4)
         assert math.isnan(f.logprobs[-1])  # the forced closing tag is never computed
     with pytest.raises(ValueError, match="constrained"):
-        ForwardVotes(HFPolicy(model, tokenizer, vote_mode="think-then-vote"))
+        ForwardVotes(HFPolicy(model, tokenizer, decoding=DecodingOptions("think-then-vote")))
 
 
 @pytest.mark.parametrize("vote_gradient", ["sampled", "expected"])

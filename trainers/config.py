@@ -26,11 +26,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from spy_env.config import coerce_floats
+from spy_env.config import coerce_floats, resolve_deprecated
 from trainers.presets import PRESETS
 from trainers.validation import KL_ESTIMATORS, LOSS_TYPES, SCHEDULES, validate
 
-__all__ = ["SpyRLConfig"]
+__all__ = ["DEPRECATED_ALIASES", "SpyRLConfig"]
+
+# Old field names kept for one release: a value given under one moves to the new name, with a warning.
+DEPRECATED_ALIASES = {"vote_abstain": "abstain"}
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -101,7 +104,7 @@ class SpyRLConfig:
         "recorded but never scored.",
     )
     think_tokens: int = _f(32, "Reasoning budget of think-then-vote votes, in tokens.")
-    vote_abstain: bool = _f(False, "Forced votes may also pick N/A (the game allows it); off: a seat is named.")
+    abstain: bool = _f(False, "Forced votes may also pick N/A (the game allows it); off: a seat is named.")
     answer: str = _f(
         "free", "How performances end (hf): free, or boxed (a \\boxed{} answer is forced when the budget runs out)."
     )
@@ -202,8 +205,11 @@ class SpyRLConfig:
     eval_every: int = _f(10, "Iterations between held-out evaluations.")
     report_to: list = _f(["jsonl"], "Metric sinks: jsonl, console, wandb, trackio, tensorboard.")  # noqa: RUF009
     progress: bool = _f(True, "Rich progress display.")
+    # ------------------------------------------- deprecated aliases (DEPRECATED_ALIASES), one release
+    vote_abstain: bool | None = _f(None, "Deprecated: use abstain.")
 
     def __post_init__(self) -> None:
+        resolve_deprecated(self, DEPRECATED_ALIASES)
         validate(self)  # raises ValueError naming the first bad field (trainers.validation)
 
     # ------------------------------------------------------------- helpers

@@ -59,7 +59,7 @@ from trainers.documents import epoch_documents, training_documents
 from trainers.logprobs import sequence_logps
 from trainers.metrics import iteration_metrics
 from trainers.models import load_policy_model, prepare_for_training, reference_logps, reference_model
-from trainers.policies import learner_policy, seat_policy
+from trainers.policies import decoding_options, learner_policy, seat_policy
 from trainers.samples import (
     choice_advantages,
     role_means,
@@ -164,9 +164,7 @@ class SpyRLTrainer:
         # FSDP weights are gathered from the wrapped model; DDP, DeepSpeed and PEFT from the module itself
         model = self.model if self.sharding == "fsdp" else self.unwrapped
         engine = make_vllm_generation(c, model, self.accelerator, self.tokenizer, self.model_path)
-        return VLLMRolloutPolicy(
-            engine, encoder, vote_mode=c.vote_mode, think_tokens=c.think_tokens, abstain=c.vote_abstain, name="policy"
-        )
+        return VLLMRolloutPolicy(engine, encoder, decoding=decoding_options(c), name="policy")
 
     # ------------------------------------------------------------- rollouts
     def _runner(self, documents: Sequence[Any], config: GameConfig | None = None) -> Runner:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agents.decoding import DecodingOptions
 from agents.hf import HFPolicy
 from agents.sampling import SamplingParams
 from spy_env.policy import Action, Observation, Policy, RolloutPolicy
@@ -15,15 +16,15 @@ from trainers.config import SpyRLConfig
 __all__ = ["StagePolicy", "decoding_options", "learner_policy", "seat_policy"]
 
 
-def decoding_options(config: SpyRLConfig) -> dict[str, Any]:
-    """The :class:`~agents.hf.HFPolicy` keyword arguments that shape replies while decoding."""
-    return {
-        "vote_mode": config.vote_mode,
-        "think_tokens": config.think_tokens,
-        "abstain": config.vote_abstain,
-        "answer": config.answer,
-        "answer_tokens": config.answer_tokens,
-    }
+def decoding_options(config: SpyRLConfig) -> DecodingOptions:
+    """The options that shape the learner's replies while decoding, as one record."""
+    return DecodingOptions(
+        vote_mode=config.vote_mode,
+        think_tokens=config.think_tokens,
+        abstain=config.abstain,
+        answer=config.answer,
+        answer_tokens=config.answer_tokens,
+    )
 
 
 def learner_policy(config: SpyRLConfig, model: Any, tokenizer: Any, *, greedy: bool = False) -> RolloutPolicy:
@@ -41,7 +42,7 @@ def learner_policy(config: SpyRLConfig, model: Any, tokenizer: Any, *, greedy: b
         sampling=sampling,
         name="policy",
         batch_size=config.generation_batch_size,
-        **decoding_options(config),
+        decoding=decoding_options(config),
     )
     if config.forward_votes:
         from trainers.votes import ForwardVotes

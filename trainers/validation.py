@@ -161,6 +161,8 @@ def _vllm(config: Any) -> None:
         raise _bad(config, "vllm_max_model_length", "None or an integer >= 2")
     if not config.vllm_server_timeout > 0:
         raise _bad(config, "vllm_server_timeout", "a number of seconds > 0")
+    if config.answer != "free" and config.generation != "hf":  # vLLM rollouts send one pattern per call
+        raise _bad(config, "answer", f"'free' with generation={config.generation!r} (boxed needs generation 'hf')")
     try:
         url = urlsplit(config.vllm_server_url)
         url.port  # noqa: B018 - parses the port, raising ValueError when it is not a number

@@ -83,14 +83,16 @@ class VLLMRolloutPolicy:
         engine: Any,
         encoder: Any,
         *,
-        vote_mode: str = "free",
-        think_tokens: int = 32,
-        abstain: bool = False,
+        decoding: DecodingOptions | None = None,
         name: str = "policy",
     ) -> None:
         self.engine = engine
         self.encoder = encoder
-        self.decoding = DecodingOptions(vote_mode=vote_mode, think_tokens=think_tokens, abstain=abstain)
+        # one structured-output pattern per generate call, so no forced boxed ending (agents.vllm_backend's
+        # second request) here: refused rather than silently dropped
+        self.decoding = (decoding or DecodingOptions()).check_supported(
+            "vLLM rollouts in training (generation='vllm-colocate' or 'vllm-server')", answers=("free",)
+        )
         self.name = name
         self.stats = {"calls": 0, "too_long": 0}
 
