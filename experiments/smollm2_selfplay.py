@@ -64,7 +64,9 @@ def run_row(name: str, args: argparse.Namespace) -> dict[str, Any]:
     config = SpyRLConfig.preset("smollm2-selfplay", **overrides).with_overrides(args.set)
     start = time.perf_counter()
     trainer = SpyRLTrainer(config)
-    default = GameConfig.from_dict({"n_players": 5, "degrade": "mask_spans", "train_spy_vote": config.train_spy_vote})
+    default = GameConfig.from_dict(
+        {"n_players": 5, "degrade": "mask_spans", "train_spy_vote": config.game_config().train_spy_vote}
+    )
     logging.info("[%s] base model: %d held-out documents, %d games", name, len(trainer.eval_documents), args.eval_games)
     evaluations = [{"iteration": 0, "games": evaluate(trainer, args.eval_games, args.seed)}]
     base_default = evaluate(trainer, args.default_games, args.seed, default) if args.default_games else []

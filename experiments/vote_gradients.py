@@ -128,7 +128,9 @@ def run_row(
 
 def default_setting(config: SpyRLConfig) -> GameConfig:
     """The default game (5 players, ``mask_spans``, full documents) on the same corpus."""
-    return GameConfig.from_dict({"n_players": 5, "degrade": "mask_spans", "train_spy_vote": config.train_spy_vote})
+    return GameConfig.from_dict(
+        {"n_players": 5, "degrade": "mask_spans", "train_spy_vote": config.game_config().train_spy_vote}
+    )
 
 
 def _line(evaluation: dict[str, Any]) -> str:
@@ -147,7 +149,10 @@ def plot(results: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
-    titles = {"expected_accuracy": "expected accuracy: P(vote = spy)", "detection_accuracy": "greedy detection accuracy"}
+    titles = {
+        "expected_accuracy": "expected accuracy: P(vote = spy)",
+        "detection_accuracy": "greedy detection accuracy",
+    }
     for ax, metric in zip(axes, SHOWN, strict=True):
         for row in results["rows"]:
             xs = [e["votes"] for e in row["evaluations"]]

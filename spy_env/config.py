@@ -45,6 +45,10 @@ _SHOWN = reprlib.Repr()
 _SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 3, 200, 200
 
 
+# Old field names kept for one release: a value given under one moves to the new name, with a warning.
+GAME_DEPRECATED_ALIASES = {"beta": "vote_gap_weight"}
+
+
 def resolve_deprecated(config: Any, aliases: Mapping[str, str]) -> None:
     """Move each deprecated alias's value (when one was given) to its new field, with a
     ``DeprecationWarning``; the alias then reads ``None``. Aliases live for one release.
@@ -63,7 +67,9 @@ def resolve_deprecated(config: Any, aliases: Mapping[str, str]) -> None:
             stacklevel=4,
         )
         if getattr(config, new) not in (defaults[new], value):
-            raise ValueError(f"{name}.{old} (deprecated) and {name}.{new} disagree: {value!r} vs {getattr(config, new)!r}")
+            raise ValueError(
+                f"{name}.{old} (deprecated) and {name}.{new} disagree: {value!r} vs {getattr(config, new)!r}"
+            )
         object.__setattr__(config, new, value)  # the configs may be frozen
         object.__setattr__(config, old, None)
 
@@ -117,7 +123,9 @@ class GameConfig:
     relevant_spans_first: bool = field(
         default=True, metadata={"help": "mask_spans masks sentences with numbers/LaTeX first."}
     )
-    beta: float = field(default=1.0, metadata={"help": "β > 0: weight of the spy-vs-civilians gap."})
+    vote_gap_weight: float = field(
+        default=1.0, metadata={"help": "β > 0: weight of the spy-vs-civilians vote gap in the performing reward."}
+    )
     lam: float = field(default=1.0, metadata={"help": "λ > 0: weight of a civilian's own suspicion."})
     weight_detect: float = field(default=1.0, metadata={"help": "Weight of r^D in the scalar reward."})
     weight_perform: float = field(default=1.0, metadata={"help": "Weight of r^P in the scalar reward."})
@@ -170,13 +178,15 @@ class GameConfig:
     prompts: Mapping[str, str] = field(
         default_factory=dict, metadata={"help": "Template overrides: keys system, perform, vote."}
     )
+    # --------------------------------------- deprecated aliases (GAME_DEPRECATED_ALIASES), one release
+    beta: float | None = field(default=None, metadata={"help": "Deprecated: use vote_gap_weight."})
 
     def __post_init__(self) -> None:
         def bad(name: str, allowed: str) -> ValueError:
             return ValueError(f"GameConfig.{name} must be {allowed}, got {shown(getattr(self, name))}")
 
+        resolve_deprecated(self, GAME_DEPRECATED_ALIASES)
         check_types(self)
-
         if self.task not in TASKS:
             raise bad("task", f"one of {sorted(TASKS)}")
         unknown = [c.penalty for c in TASKS[self.task].checks if c.penalty not in self.__dataclass_fields__]
@@ -192,7 +202,7 @@ class GameConfig:
             raise bad("mask_ratio", "None or a number in (0, 1)")
         if not isinstance(self.mask_placeholder, str):
             raise bad("mask_placeholder", "a string")
-        for name in ("beta", "lam"):
+        for name in ("vote_gap_weight", "lam"):
             value = getattr(self, name)
             if not (_is_real(value) and value > 0):
                 raise bad(name, "a finite number > 0")

@@ -209,7 +209,7 @@ class Game:
         votes = tuple(log.votes[s].target if alive[s] else None for s in range(n))
         received = rewards.votes_received(votes, n)
         detect = [r if alive[s] else 0.0 for s, r in enumerate(rewards.detection_rewards(votes, self.spy_seat))]
-        perform = rewards.performing_rewards(received, self.spy_seat, alive, cfg.beta, cfg.lam)
+        perform = rewards.performing_rewards(received, self.spy_seat, alive, cfg.vote_gap_weight, cfg.lam)
         eliminated = rewards.plurality_elimination(received, alive)
         result = RoundResult(
             round=log.round,

@@ -16,7 +16,7 @@ BAD = [
     ("degrade", "shuffle"),
     ("mask_ratio", 1.0),
     ("mask_ratio", 0),
-    ("beta", 0),
+    ("vote_gap_weight", 0),
     ("lam", -1),
     ("weight_detect", float("nan")),
     ("penalty_copy", 0.5),
@@ -66,10 +66,10 @@ def test_other_tasks_do_not_require_boxed(task):
 def test_float_fields_read_yaml_exponent_strings_as_numbers():
     from spy_env.config import coerce_floats
 
-    assert coerce_floats(GameConfig, {"beta": "2e-1", "degrade": "blank", "lam": "fast"}) == {
-        "beta": 0.2, "degrade": "blank", "lam": "fast",
+    assert coerce_floats(GameConfig, {"vote_gap_weight": "2e-1", "degrade": "blank", "lam": "fast"}) == {
+        "vote_gap_weight": 0.2, "degrade": "blank", "lam": "fast",
     }  # fmt: skip
-    assert GameConfig.from_dict({"beta": "2e-1"}).beta == 0.2
+    assert GameConfig.from_dict({"vote_gap_weight": "2e-1"}).vote_gap_weight == 0.2
     with pytest.raises(ValueError, match="lam"):
         GameConfig.from_dict({"lam": "fast"})
 
@@ -86,3 +86,25 @@ def test_decoding_options_have_one_abstain_default_and_the_old_name_is_a_depreca
     assert decoding_options(config) == DecodingOptions("think-then-vote", abstain=True)
     with pytest.raises(ValueError, match=r"vote_abstain \(deprecated\) and SpyRLConfig\.abstain disagree"):
         SpyRLConfig(vote_abstain=False, abstain=True)
+
+
+def test_old_config_names_are_deprecated_aliases_of_the_one_owner():
+    """GameConfig.beta (the reward's vote-gap weight, not the trainer's KL β) is vote_gap_weight;
+    SpyRLConfig.train_spy_vote lives in the game's config only (the game's copy used to win)."""
+    from trainers import SpyRLConfig
+
+    with pytest.warns(DeprecationWarning, match=r"GameConfig\.beta is deprecated.*GameConfig\.vote_gap_weight"):
+        game = GameConfig.from_dict({"beta": "2e-1"})
+    assert game.vote_gap_weight == 0.2 and game.beta is None
+    with pytest.raises(ValueError, match=r"GameConfig\.vote_gap_weight must be a finite number > 0"):
+        GameConfig(beta=-1.0)
+    with pytest.warns(DeprecationWarning, match=r"SpyRLConfig\.train_spy_vote is deprecated"):
+        config = SpyRLConfig(train_spy_vote=True)
+    assert config.game == {"train_spy_vote": True} and config.game_config().train_spy_vote
+    assert config.train_spy_vote is None
+    with (
+        pytest.raises(ValueError, match=r"train_spy_vote \(deprecated\) and game\.train_spy_vote disagree"),
+        pytest.warns(DeprecationWarning),
+    ):
+        SpyRLConfig(train_spy_vote=True, game={"train_spy_vote": False})
+    assert SpyRLConfig(game={"train_spy_vote": True}).game_config().train_spy_vote

@@ -130,7 +130,7 @@ def test_first_performing_iteration_is_centred_per_role():
 def test_paper_preset_trains_the_spys_vote_inside_the_detection_group():
     paper = SpyRLConfig.preset(PAPER)
     game = paper.game_config()
-    assert paper.train_spy_vote and game.train_spy_vote and game.allow_self_vote and paper.spy_vote_in_group
+    assert game.train_spy_vote and game.allow_self_vote and paper.spy_vote_in_group
     # every civilian finds the spy, the spy votes for civilian 1: the old group (civilians only)
     # has identical rewards and no signal; Eq. 5 over all n voters rewards the civilians
     rows = game_rows(0, [4, 4, 4, 4, 1], spy=4, config=paper)
@@ -185,7 +185,7 @@ def test_low_var_kl_is_clamped_and_not_ratio_weighted():
 # ------------------------------------------------------------------------ finding 6: smaller
 def test_an_invalid_vote_penalty_does_not_reward_the_other_wrong_votes():
     rows = game_rows(0, [1, 0, 0, 0], spy=3, penalties=[0.0, 0.0, 0.0, -0.1])  # 4 players, all wrong, spy invalid
-    config = SpyRLConfig(train_spy_vote=True)
+    config = SpyRLConfig(game={"train_spy_vote": True})
     rows = [{**r, "trainable": True} for r in rows]
     adv = advantages_by(SpyRLTrainer.select_samples(fake_trainer(config), rows, "detect")[0])
     assert adv == pytest.approx({0: 0.0, 1: 0.0, 2: 0.0, 3: -0.1})  # was +0.58 for the three wrong votes
@@ -199,7 +199,7 @@ def test_an_invalid_vote_penalty_does_not_reward_the_other_wrong_votes():
     st.sampled_from(["detect", "perform"]),
 )
 def test_penalties_never_move_another_players_advantage(spy, votes, penalties, stage):
-    config = SpyRLConfig(train_spy_vote=True)  # every vote trains, so every voter is in the group
+    config = SpyRLConfig(game={"train_spy_vote": True})  # every vote trains, so every voter is in the group
     clean = game_rows(0, votes, spy, config=config)
     fined = game_rows(0, votes, spy, config=config, penalties=penalties)
     if stage == "perform":  # the penalty lands on the performance rows here

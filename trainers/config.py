@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -184,7 +185,6 @@ class SpyRLConfig:
     perform_group_norm: bool = _f(
         False, "Also scale performing advantages by the std within replay_setup groups: A = (r − b_role)/(std_g + ε)."
     )
-    train_spy_vote: bool = _f(False, "Train on the spy's own vote too.")
     # ------------------------------------------------------ stage controller
     stage_schedule: str = _f("adaptive", f"Stage switching: {SCHEDULES}.")
     start_stage: str = _f("detect", "First stage: detect or perform.")
@@ -207,10 +207,33 @@ class SpyRLConfig:
     progress: bool = _f(True, "Rich progress display.")
     # ------------------------------------------- deprecated aliases (DEPRECATED_ALIASES), one release
     vote_abstain: bool | None = _f(None, "Deprecated: use abstain.")
+    train_spy_vote: bool | None = _f(None, "Deprecated: use game.train_spy_vote (the game's config owns it).")
 
     def __post_init__(self) -> None:
         resolve_deprecated(self, DEPRECATED_ALIASES)
-        validate(self)  # raises ValueError naming the first bad field (trainers.validation)
+        self._move_train_spy_vote_to_the_game()
+        validate(self)
+
+    def _move_train_spy_vote_to_the_game(self) -> None:
+        """The deprecated top-level ``train_spy_vote`` becomes ``game.train_spy_vote`` (one release)."""
+        if self.train_spy_vote is None:
+            return
+        warnings.warn(
+            "SpyRLConfig.train_spy_vote is deprecated and will be removed in the next release; "
+            "use game.train_spy_vote (GameConfig.train_spy_vote)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        game = dict(self.game) if isinstance(self.game, Mapping) else self.game
+        if isinstance(game, dict) and game.setdefault("train_spy_vote", self.train_spy_vote) != self.train_spy_vote:
+            raise ValueError(
+                f"SpyRLConfig.train_spy_vote (deprecated) and game.train_spy_vote disagree: "
+                f"{self.train_spy_vote!r} vs {game['train_spy_vote']!r}"
+            )
+        self.game, self.train_spy_vote = (
+            game,
+            None,
+        )  # raises ValueError naming the first bad field (trainers.validation)
 
     # ------------------------------------------------------------- helpers
     @property
@@ -220,8 +243,7 @@ class SpyRLConfig:
     def game_config(self):
         from spy_env.config import GameConfig
 
-        values = {"train_spy_vote": self.train_spy_vote, **dict(self.game)}
-        return GameConfig.from_dict(values)
+        return GameConfig.from_dict(dict(self.game))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -28,7 +28,6 @@ PRESETS: dict[str, dict[str, Any]] = {
         "beta": 0.001,
         "loss_type": "dapo",  # verl's token-mean: token sum / tokens of the whole mini-batch
         "kl_estimator": "low_var_kl",  # verl's: k3 clamped to ±10, not ratio-weighted
-        "train_spy_vote": True,  # Eq. 4/5/8 run over all n voters, v ∈ {1..n}
         "spy_vote_in_group": True,
         "rae_init": "first_batch",
         "penalty_advantage": "own",
@@ -41,6 +40,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "n_players": 5,
             "rounds": 1,
             "allow_self_vote": True,
+            "train_spy_vote": True,  # Eq. 4/5/8 run over all n voters, v ∈ {1..n}
             "mask_placeholder": "",  # silent removal: no visible marker telling the spy (and detectors) who it is
             "corpus": "nemotron:4plus",  # streamed, gated: HF_TOKEN
             "max_documents": 16000,  # 80% train = 12,800 = 100 iterations × 128 documents
