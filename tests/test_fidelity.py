@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 
 from spy_env.metrics import game_metrics  # noqa: E402
 from spy_env.rewards import detection_rewards, performing_rewards, votes_received  # noqa: E402
+from spy_env.stage import Stage  # noqa: E402
 from trainers.algorithm import RAEBaselines, StageController  # noqa: E402
 from trainers.config import SpyRLConfig  # noqa: E402
 from trainers.grpo import SpyRLTrainer  # noqa: E402
@@ -153,7 +154,7 @@ def test_an_abstaining_untrained_spy_does_not_stall_the_controller():
     assert metrics["na_rate"] == pytest.approx(0.2)  # > na_low = 0.1 for ever
     controller = StageController(k_min=5)
     stages = [controller.update(*controller_signals(metrics, spy_vote_trained=False)) for _ in range(5)]
-    assert stages[-1] == "perform"
+    assert stages[-1] is Stage.PERFORM
     # when the spy's vote trains, its abstentions count (training can move them)
     assert controller_signals(metrics, spy_vote_trained=True)[1] == pytest.approx(0.2)
 
@@ -218,8 +219,8 @@ def test_paper_stage_ema_switches_soon_after_accuracy_crosses():
     paper = SpyRLConfig.preset(PAPER)
     controller = StageController(k_min=paper.k_min, ema=paper.stage_ema)
     for _ in range(paper.k_min):
-        assert controller.update(0.5, 0.0) == "detect"
-    switched_after = next(k for k in range(1, 40) if controller.update(0.95, 0.0) == "perform")
+        assert controller.update(0.5, 0.0) is Stage.VOTE
+    switched_after = next(k for k in range(1, 40) if controller.update(0.95, 0.0) is Stage.PERFORM)
     assert switched_after <= 5  # ρ = 0.9 took 21
 
 

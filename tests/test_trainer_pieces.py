@@ -12,6 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from spy_env.stage import Stage  # noqa: E402
 from trainers.algorithm import RAEBaselines, StageController, group_normalized_advantages  # noqa: E402
 from trainers.config import SpyRLConfig  # noqa: E402
 from trainers.loss import clipped_policy_loss  # noqa: E402
@@ -194,7 +195,7 @@ def test_stage_controller_switches_with_hysteresis():
         (0.95, 0.55),  # perform, 1 iteration: stays (K_min)
         (0.95, 0.55),  # na >= 0.5 -> detect
     ]]  # fmt: skip
-    assert stages == [
+    assert [s.schedule_name for s in stages] == [
         "detect",
         "perform",
         "perform",
@@ -209,21 +210,21 @@ def test_stage_controller_switches_with_hysteresis():
     assert c.switches == [2, 6, 8, 10]
     restored = StageController()
     restored.load_state_dict(c.state_dict())
-    assert restored.state_dict() == c.state_dict()
+    assert restored.state_dict() == c.state_dict() and restored.stage is c.stage is Stage.VOTE
 
 
 def test_stage_controller_ema_smooths():
     c = StageController(ema=0.9, k_min=1, start="perform")
-    assert c.update(1.0, 0.0) == "perform"  # the first value initialises the EMA
+    assert c.update(1.0, 0.0) is Stage.PERFORM  # the first value initialises the EMA
     # One bad iteration moves the EMA only to 0.9: no switch. It takes five in a row.
     stages = [c.update(0.0, 0.0) for _ in range(5)]
-    assert stages == ["perform"] * 4 + ["detect"]
+    assert stages == [Stage.PERFORM] * 4 + [Stage.VOTE]
     assert c.acc_ema == pytest.approx(0.9**5)
 
 
 def test_fixed_schedules():
     c = StageController(schedule="alternate", k_min=3)
-    assert [c.update(0.0, 1.0) for _ in range(7)] == [
+    assert [c.update(0.0, 1.0).schedule_name for _ in range(7)] == [
         "detect",
         "detect",
         "perform",
@@ -233,7 +234,7 @@ def test_fixed_schedules():
         "detect",
     ]
     only = StageController(schedule="perform")
-    assert {only.update(1.0, 0.0) for _ in range(10)} == {"perform"}
+    assert {only.update(1.0, 0.0) for _ in range(10)} == {Stage.PERFORM}
     with pytest.raises(ValueError):
         StageController(schedule="random")
 

@@ -69,13 +69,17 @@ def test_seed_streams_keep_their_numbers():
             assert seed_for(5, 4, stream, rank) == int(np.random.SeedSequence(entropy).generate_state(1)[0])
 
 
-def test_the_controller_speaks_schedule_names_and_knows_its_stage():
+def test_the_controller_parses_schedule_names_once_and_holds_stages():
     config = SpyRLConfig(stage_schedule="alternate", start_stage="perform", k_min=1, stage_ema=0.5)
     controller = StageController.from_config(config)
-    assert (controller.schedule, controller.start, controller.k_min, controller.ema) == ("alternate", "perform", 1, 0.5)
+    assert (controller.schedule, controller.k_min, controller.ema) == ("alternate", 1, 0.5)
+    assert controller.start is Stage.PERFORM
     assert controller.training_stage is Stage.PERFORM
-    assert controller.update(0.5, 0.0) == "detect" and controller.training_stage is Stage.VOTE
-    assert controller.state_dict()["stage"] == "detect"  # checkpoints keep the schedule name
+    assert controller.update(0.5, 0.0) is Stage.VOTE and controller.training_stage is Stage.VOTE
+    assert controller.state_dict()["stage"] == "detect"  # checkpoints keep the schedule name (JSON)
+    restored = StageController()
+    restored.load_state_dict(controller.state_dict())
+    assert restored.stage is Stage.VOTE and restored.start is Stage.PERFORM
 
 
 def test_validating_a_config_builds_no_agent(monkeypatch):

@@ -29,7 +29,7 @@ __all__ = [
     "group_scaled",
 ]
 
-# the controller speaks the config's schedule names (configs, metrics and checkpoints store them)
+# the schedule names of the fixed schedules (configs store them; past parsing a stage is a Stage)
 DETECT = Stage.VOTE.schedule_name
 PERFORM = Stage.PERFORM.schedule_name
 
@@ -194,17 +194,21 @@ class StageController:
       ``1 − acc ≥ err_high`` or ``na ≥ na_high``; at least ``k_min`` iterations per stage.
     - ``"alternate"``: switch every ``k_min`` iterations.
     - ``"detect"`` / ``"perform"``: always that stage.
+
+    ``start`` and ``stage`` are :class:`~spy_env.Stage` members (the detection stage trains
+    :attr:`Stage.VOTE`); a schedule name (``"detect"``) given for ``start`` is parsed once here.
+    Only :meth:`state_dict` writes them back as schedule names, for JSON checkpoints.
     """
 
     schedule: str = "adaptive"
-    start: str = DETECT
+    start: Stage = Stage.VOTE
     acc_high: float = 0.9
     na_low: float = 0.1
     err_high: float = 0.4
     na_high: float = 0.5
     k_min: int = 5
     ema: float = 0.9
-    stage: str = ""
+    stage: Stage | None = None
     iterations_in_stage: int = 0
     acc_ema: float | None = None
     na_ema: float | None = None
@@ -214,12 +218,14 @@ class StageController:
     def __post_init__(self) -> None:
         if self.schedule not in ("adaptive", "alternate", DETECT, PERFORM):
             raise ValueError(f"stage schedule must be adaptive, alternate, detect or perform, got {self.schedule!r}")
-        if self.start not in (DETECT, PERFORM):
+        if self.start not in (Stage.VOTE, Stage.PERFORM, DETECT, PERFORM):  # a Stage is its own string
             raise ValueError(f"start stage must be detect or perform, got {self.start!r}")
+        self.start = Stage.of(self.start)
         if self.k_min < 1 or not 0 <= self.ema < 1:
             raise ValueError("k_min must be >= 1 and ema in [0, 1)")
-        if not self.stage:
-            self.stage = self.start if self.schedule in ("adaptive", "alternate") else self.schedule
+        if self.stage is None:
+            self.stage = self.start if self.schedule in ("adaptive", "alternate") else Stage.of(self.schedule)
+        self.stage = Stage.of(self.stage)
 
     @classmethod
     def from_config(cls, config: Any) -> StageController:
@@ -229,10 +235,10 @@ class StageController:
     @property
     def training_stage(self) -> Stage:
         """The game stage whose samples train now (:attr:`Stage.VOTE` in the detection stage)."""
-        return Stage.of(self.stage)
+        return self.stage
 
-    def update(self, acc: float, na: float) -> str:
-        """Record this iteration's detection accuracy and N/A rate; return the next stage."""
+    def update(self, acc: float, na: float) -> Stage:
+        """Record this iteration's detection accuracy and N/A rate; return the stage that trains next."""
         self.iteration += 1
         self.iterations_in_stage += 1
         self.acc_ema = acc if self.acc_ema is None else self.ema * self.acc_ema + (1 - self.ema) * acc
@@ -241,24 +247,27 @@ class StageController:
             return self.stage
         if self.schedule == "alternate":
             return self._switch()
-        if self.stage == DETECT and self.acc_ema >= self.acc_high and self.na_ema <= self.na_low:
+        if self.stage is Stage.VOTE and self.acc_ema >= self.acc_high and self.na_ema <= self.na_low:
             return self._switch()
-        if self.stage == PERFORM and (1 - self.acc_ema >= self.err_high or self.na_ema >= self.na_high):
+        if self.stage is Stage.PERFORM and (1 - self.acc_ema >= self.err_high or self.na_ema >= self.na_high):
             return self._switch()
         return self.stage
 
-    def _switch(self) -> str:
-        self.stage = PERFORM if self.stage == DETECT else DETECT
+    def _switch(self) -> Stage:
+        self.stage = Stage.PERFORM if self.stage is Stage.VOTE else Stage.VOTE
         self.iterations_in_stage = 0
         self.switches.append(self.iteration)
         return self.stage
 
     def state_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        state = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return {**state, "start": self.start.schedule_name, "stage": self.stage.schedule_name}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         for key, value in state.items():
-            setattr(self, key, list(value) if key == "switches" else value)
+            setattr(
+                self, key, list(value) if key == "switches" else Stage.of(value) if key in ("start", "stage") else value
+            )
 
 
 # StageController field <- SpyRLConfig field

@@ -17,7 +17,7 @@ def iteration_metrics(
     *,
     iteration: int,
     stage: Stage,
-    next_stage: str,
+    next_stage: Stage,
     game: Mapping[str, float],
     samples: Mapping[str, float],
     update: Mapping[str, float],
@@ -34,7 +34,7 @@ def iteration_metrics(
     return {
         "iteration": iteration,
         "stage": stage.schedule_name,
-        "next_stage": next_stage,
+        "next_stage": next_stage.schedule_name,
         "policy_version": iteration,
         **{f"env/{k}": v for k, v in game.items()},
         **samples,
