@@ -98,7 +98,9 @@ class DecodingOptions:
             value = getattr(self, name)
             if value not in supported:
                 allowed = ", ".join(repr(s) for s in supported)
-                raise ValueError(f"DecodingOptions.{name}={value!r} is not supported by {engine} (supported: {allowed})")
+                raise ValueError(
+                    f"DecodingOptions.{name}={value!r} is not supported by {engine} (supported: {allowed})"
+                )
         return self
 
     @property

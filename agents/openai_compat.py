@@ -22,6 +22,7 @@ import random
 import threading
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from agents.registry import register_backend
@@ -30,7 +31,7 @@ from spy_env.policy import Action, Observation, chat_messages
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["OpenAIPolicy", "load_openai"]
+__all__ = ["OpenAIPolicy", "RequestLimits", "load_openai"]
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 
@@ -51,8 +52,26 @@ def _httpx():
     return httpx
 
 
+@dataclass(frozen=True)
+class RequestLimits:
+    """How an :class:`OpenAIPolicy` talks to its server: at most ``max_concurrency`` requests at once,
+    each attempt bounded by ``timeout`` seconds (sending to last byte) and ``max_response_bytes``,
+    ``max_retries`` retries with exponential backoff from ``backoff`` up to ``max_backoff`` seconds."""
+
+    max_concurrency: int = 16
+    timeout: float = 120.0
+    max_retries: int = 3
+    backoff: float = 0.5
+    max_backoff: float = 8.0
+    max_response_bytes: int = 16 * 2**20
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency < 1 or self.max_retries < 0 or self.timeout <= 0 or self.max_response_bytes < 1:
+            raise ValueError("max_concurrency must be >= 1, max_retries >= 0, timeout > 0 and max_response_bytes >= 1")
+
+
 class OpenAIPolicy:
-    """Chat completions from an OpenAI-compatible server as a batched policy."""
+    """Chat completions from an OpenAI-compatible server as a batched policy (``limits``: :class:`RequestLimits`)."""
 
     def __init__(
         self,
@@ -62,33 +81,21 @@ class OpenAIPolicy:
         sampling: SamplingParams | None = None,
         name: str | None = None,
         api_key_env: str = "OPENAI_API_KEY",
-        max_concurrency: int = 16,
-        timeout: float = 120.0,
-        max_retries: int = 3,
-        backoff: float = 0.5,
-        max_backoff: float = 8.0,
+        limits: RequestLimits | None = None,
         logprobs: bool = True,
         extra_body: dict[str, Any] | None = None,
-        max_response_bytes: int = 16 * 2**20,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
-        if max_concurrency < 1 or max_retries < 0 or timeout <= 0 or max_response_bytes < 1:
-            raise ValueError("max_concurrency must be >= 1, max_retries >= 0, timeout > 0 and max_response_bytes >= 1")
         _httpx()
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.sampling = sampling or SamplingParams()
         self.name = name or f"openai:{model}"
         self.api_key_env = api_key_env
-        self.max_concurrency = max_concurrency
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
+        self.limits = limits or RequestLimits()
         self.logprobs = logprobs
         self.extra_body = dict(extra_body or {})
-        self.max_response_bytes = max_response_bytes
         self.stats: Counter[str] = Counter()
         self._requests = 0
         self._jitter = random.Random(self.sampling.seed)
@@ -126,25 +133,25 @@ class OpenAIPolicy:
         key = os.environ.get(self.api_key_env)
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        limits = httpx.Limits(max_connections=self.max_concurrency)
-        semaphore = asyncio.Semaphore(self.max_concurrency)
+        limits = httpx.Limits(max_connections=self.limits.max_concurrency)
+        semaphore = asyncio.Semaphore(self.limits.max_concurrency)
         async with httpx.AsyncClient(
-            base_url=self.base_url, headers=headers, timeout=self.timeout, limits=limits
+            base_url=self.base_url, headers=headers, timeout=self.limits.timeout, limits=limits
         ) as client:
             return list(await asyncio.gather(*(self._complete(client, semaphore, p) for p in payloads)))
 
     async def _complete(self, client: Any, semaphore: asyncio.Semaphore, payload: dict[str, Any]) -> Action:
         httpx = _httpx()
         last_error = "no attempt made"
-        for attempt in range(self.max_retries + 1):
+        for attempt in range(self.limits.max_retries + 1):
             if attempt:
                 self.stats["retries"] += 1
-                delay = min(self.max_backoff, self.backoff * 2 ** (attempt - 1))
+                delay = min(self.limits.max_backoff, self.limits.backoff * 2 ** (attempt - 1))
                 await asyncio.sleep(delay * (0.5 + 0.5 * self._jitter.random()))
             try:
                 async with semaphore:
                     self.stats["requests"] += 1
-                    status, body = await asyncio.wait_for(self._post(client, payload), self.timeout)
+                    status, body = await asyncio.wait_for(self._post(client, payload), self.limits.timeout)
                 text = body.decode("utf-8", errors="replace")
                 if status in RETRY_STATUS:
                     raise _RetryableStatus(f"HTTP {status}: {text[:200]}")
@@ -155,7 +162,7 @@ class OpenAIPolicy:
                 self.stats["completed"] += 1
                 return action
             except asyncio.TimeoutError:
-                last_error = f"no complete response within {self.timeout:g} s"
+                last_error = f"no complete response within {self.limits.timeout:g} s"
                 logger.debug("request to %s failed (attempt %d): %s", self.base_url, attempt + 1, last_error)
             except (httpx.TransportError, _RetryableStatus) as e:
                 last_error = f"{type(e).__name__}: {e}"
@@ -164,7 +171,7 @@ class OpenAIPolicy:
                 self.stats["failures"] += 1
                 return Action.forfeit(f"bad response: {type(e).__name__}: {e}")
         self.stats["failures"] += 1
-        return Action.forfeit(f"gave up after {self.max_retries + 1} attempts: {last_error}")
+        return Action.forfeit(f"gave up after {self.limits.max_retries + 1} attempts: {last_error}")
 
     async def _post(self, client: Any, payload: dict[str, Any]) -> tuple[int, bytes]:
         """POST ``payload``; the status and the body, read up to :attr:`max_response_bytes`."""
@@ -172,8 +179,8 @@ class OpenAIPolicy:
             body = bytearray()
             async for chunk in response.aiter_bytes():
                 body += chunk
-                if len(body) > self.max_response_bytes:
-                    raise _TooLarge(f"response larger than {self.max_response_bytes} bytes")
+                if len(body) > self.limits.max_response_bytes:
+                    raise _TooLarge(f"response larger than {self.limits.max_response_bytes} bytes")
             return response.status_code, bytes(body)
 
 

@@ -11,6 +11,7 @@ import argparse
 
 import agents
 from agents import SamplingParams
+from agents.openai_compat import RequestLimits
 from spy_env import GameConfig
 from spyrl.evaluation.tournament import run_tournament
 
@@ -24,7 +25,7 @@ args = parser.parse_args()
 served = agents.load(
     f"openai:{args.model}@{args.url}",
     sampling=SamplingParams(temperature=0.7, max_new_tokens=1024, seed=0),
-    max_concurrency=32,
+    limits=RequestLimits(max_concurrency=32),
 )
 result = run_tournament({"served": served, "heuristic": agents.load("heuristic")}, args.games, config=GameConfig())
 result.save(args.out)

@@ -370,10 +370,10 @@ def rollout(
     seed: int = 0,
     games_per_document: int = 1,
     replay_setup: bool = False,
-    policy_version: int = 0,
     progress: bool = False,
     run_id: str | None = None,
 ) -> EpisodeBuffer:
-    """Play ``num_games`` games with one policy per seat and return the episode buffer."""
+    """Play ``num_games`` games with one policy per seat and return the episode buffer (a trainer
+    that records its policy version uses :meth:`Runner.run`)."""
     runner = Runner(config, games_per_document=games_per_document, replay_setup=replay_setup, run_id=run_id)
-    return runner.run(policies, num_games, seed=seed, policy_version=policy_version, progress=progress)
+    return runner.run(policies, num_games, seed=seed, progress=progress)

@@ -657,8 +657,9 @@ def _eval_benchmarks(args: argparse.Namespace, policy: Any, paths: dict[str, str
     }
     results = evaluate(
         policy, names, k=args.k, limit=args.limit, seed=args.seed, paths=paths, batch_size=args.batch_size,
-        model=args.model, decoding=decoding, progress=_print_progress,
+        progress=_print_progress,
     )  # fmt: skip
+    results.update(model=args.model, decoding=decoding)  # the spec as typed, the CLI's settings
     path = save_results(results, args.out)
     echo(results_table([results]))
     console.print(f"results written to {markup_safe(path)}")

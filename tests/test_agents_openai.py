@@ -16,7 +16,7 @@ pytest.importorskip("httpx")
 import agents
 import spy_env
 from agents import SamplingParams
-from agents.openai_compat import OpenAIPolicy
+from agents.openai_compat import OpenAIPolicy, RequestLimits
 from spy_env.metrics import game_metrics
 from spy_env.runner import rollout
 
@@ -26,7 +26,7 @@ def test_end_to_end_against_transformers_serve(serve, tiny_model_dir):
     policy = agents.load(
         f"openai:{tiny_model_dir}@{serve.url}/v1",
         sampling=SamplingParams(max_new_tokens=8, temperature=0.7),
-        max_concurrency=4,
+        limits=RequestLimits(max_concurrency=4),
     )
     heuristic = agents.load("heuristic")
     buffer = rollout(spy_env.GameConfig(n_players=4), [policy, heuristic, policy, heuristic], 3, seed=0)
@@ -43,10 +43,7 @@ def test_killing_the_server_mid_batch_gives_counted_forfeits_and_loses_no_rows(s
         str(tiny_model_dir),
         f"{serve.url}/v1",
         sampling=SamplingParams(max_new_tokens=48),
-        max_concurrency=2,
-        timeout=10,
-        max_retries=1,
-        backoff=0.05,
+        limits=RequestLimits(max_concurrency=2, timeout=10, max_retries=1, backoff=0.05),
     )
     out = {}
     worker = threading.Thread(
@@ -136,8 +133,7 @@ def test_retries_with_backoff_then_parses_logprobs_and_token_ids(scripted_server
         "m",
         url,
         api_key_env="SPYRL_TEST_KEY",
-        backoff=0.01,
-        max_retries=3,
+        limits=RequestLimits(backoff=0.01, max_retries=3),
         sampling=SamplingParams(seed=5),
     )
     with caplog.at_level(logging.DEBUG):
@@ -154,7 +150,7 @@ def test_retries_with_backoff_then_parses_logprobs_and_token_ids(scripted_server
 
 def test_client_errors_and_garbage_become_forfeits(scripted_server):
     url = f"http://127.0.0.1:{scripted_server.server_address[1]}/v1"
-    policy = OpenAIPolicy("m", url, backoff=0.01, max_retries=2)
+    policy = OpenAIPolicy("m", url, limits=RequestLimits(backoff=0.01, max_retries=2))
     scripted_server.plan = [400, "garbage", 500, 500, 500]
     actions = policy.act([one_observation()] * 3)
     errors = sorted(a.error.split(":")[0] for a in actions)
@@ -165,7 +161,9 @@ def test_client_errors_and_garbage_become_forfeits(scripted_server):
 def test_unreachable_server_is_a_forfeit_not_a_crash():
     from tests.conftest import free_port
 
-    policy = OpenAIPolicy("m", f"http://127.0.0.1:{free_port()}/v1", max_retries=1, backoff=0.01, timeout=2)
+    policy = OpenAIPolicy(
+        "m", f"http://127.0.0.1:{free_port()}/v1", limits=RequestLimits(max_retries=1, backoff=0.01, timeout=2)
+    )
     [action] = policy.act([one_observation()])
     assert action.error.startswith("gave up after 2 attempts: ConnectError")
 

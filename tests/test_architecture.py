@@ -175,3 +175,25 @@ def test_no_config_field_is_held_by_two_configs():
         "train_spy_vote",
     }
     assert {f.name for f in fields(GameConfig) if "Deprecated" in f.metadata["help"]} == set(GAME_DEPRECATED_ALIASES)
+
+
+MAX_PARAMETERS = 8
+# trainers/loss.py's clipped_policy_loss (17 parameters) becomes one LossConfig record in issue #20,
+# which rewrites that file; it is named here, not skipped, and this entry goes when that lands.
+PARAMETER_LIMIT_PENDING = {"trainers/loss.py:clipped_policy_loss"}
+
+
+def test_no_function_takes_more_than_eight_parameters():
+    """Concepts travel as records: a function of the packages takes at most 8 named parameters
+    (``self``/``cls`` and ``*args``/``**kwargs`` not counted)."""
+    wide = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
+                    names = names[1:] if names[:1] in (["self"], ["cls"]) else names
+                    if len(names) > MAX_PARAMETERS:
+                        wide.append(f"{path.relative_to(ROOT)}:{node.name}")
+    assert sorted(set(wide) - PARAMETER_LIMIT_PENDING) == []
+    assert set(wide) >= PARAMETER_LIMIT_PENDING, "the pending entry is fixed: remove it from the list"

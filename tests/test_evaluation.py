@@ -128,7 +128,7 @@ def test_injection_like_answers_never_execute(tmp_path):
 
 def test_avg_at_k_and_results():
     policy = agents.load("random", seed=1)
-    results = evaluate(policy, ["gsm8k", "mmlu_pro"], k=3, limit=5, paths=PATHS, model="random")
+    results = evaluate(policy, ["gsm8k", "mmlu_pro"], k=3, limit=5, paths=PATHS)
     gsm = results["results"]["gsm8k"]
     assert gsm["n"] == 5 and gsm["k"] == 3 and all(len(item["correct"]) == 3 for item in gsm["items"])
     assert 0.0 <= gsm["accuracy"] <= 1.0

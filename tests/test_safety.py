@@ -643,9 +643,9 @@ class _Drip(BaseHTTPRequestHandler):
 
 
 def _policy(url: str, **kwargs):
-    from agents.openai_compat import OpenAIPolicy
+    from agents.openai_compat import OpenAIPolicy, RequestLimits
 
-    return OpenAIPolicy("m", url, max_retries=0, **kwargs)
+    return OpenAIPolicy("m", url, limits=RequestLimits(max_retries=0, **kwargs))
 
 
 _QUESTION = {"system": "", "prompt": "1+1?", "copy": "", "stage": 0, "seat": 0, "performances": ()}

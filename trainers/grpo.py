@@ -329,9 +329,9 @@ class SpyRLTrainer:
         self.policy.sync()  # a separate engine (vLLM) needs the new weights
         next_stage = self.controller.update(*controller_signals(game, self.game_config.train_spy_vote))
         metrics = iteration_metrics(
-            iteration=self.iteration, stage=stage, next_stage=next_stage, game=game, samples=sample_metrics,
-            update=update_metrics, charts=self._charts(), buffer=buffer,
-            rollout_seconds=rollout_seconds, update_seconds=update_seconds,
+            iteration=self.iteration, stage=stage, next_stage=next_stage, game=game,
+            families=(sample_metrics, update_metrics, self._charts()), buffer=buffer,
+            seconds={"rollout": rollout_seconds, "update": update_seconds},
         )  # fmt: skip
         metrics.update(processes.process_metrics(self.accelerator, self.unwrapped))
         if c.eval_games and self.iteration % c.eval_every == 0 and self.accelerator.is_main_process:

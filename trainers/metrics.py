@@ -19,32 +19,30 @@ def iteration_metrics(
     stage: Stage,
     next_stage: Stage,
     game: Mapping[str, float],
-    samples: Mapping[str, float],
-    update: Mapping[str, float],
-    charts: Mapping[str, float],
+    families: Sequence[Mapping[str, float]],
     buffer: Sequence[dict],
-    rollout_seconds: float,
-    update_seconds: float,
+    seconds: Mapping[str, float],
 ) -> dict[str, Any]:
     """One iteration's metrics row (``stage`` and ``next_stage`` by their schedule names: detect, perform).
 
-    ``iteration`` is also the policy version that the next rollouts use.
+    ``iteration`` is also the policy version that the next rollouts use. ``game`` is the game
+    metrics (written under ``env/``), ``families`` the rows already named by family (samples,
+    losses, charts), ``seconds`` the ``rollout`` and ``update`` times.
     """
     generated = sum(len(r["completion_token_ids"]) for r in buffer)
+    update_tokens = next(f["perf/update_tokens"] for f in families if "perf/update_tokens" in f)
     return {
         "iteration": iteration,
         "stage": stage.schedule_name,
         "next_stage": next_stage.schedule_name,
         "policy_version": iteration,
         **{f"env/{k}": v for k, v in game.items()},
-        **samples,
-        **update,
-        **charts,
+        **{k: v for family in families for k, v in family.items()},
         **length_metrics(buffer),
-        "time/rollout_seconds": rollout_seconds,
-        "time/update_seconds": update_seconds,
-        "perf/rollout_tokens_per_s": generated / max(rollout_seconds, 1e-9),
-        "perf/update_tokens_per_s": update["perf/update_tokens"] / max(update_seconds, 1e-9),
+        "time/rollout_seconds": seconds["rollout"],
+        "time/update_seconds": seconds["update"],
+        "perf/rollout_tokens_per_s": generated / max(seconds["rollout"], 1e-9),
+        "perf/update_tokens_per_s": update_tokens / max(seconds["update"], 1e-9),
     }
 
 

@@ -40,8 +40,6 @@ def evaluate(
     seed: int = 0,
     paths: Mapping[str, str] | None = None,
     batch_size: int = 64,
-    model: str = "",
-    decoding: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Evaluate ``policy`` (anything with a batched ``act``) on ``benchmarks``; returns results.
@@ -55,8 +53,8 @@ def evaluate(
     paths = dict(paths or {})
     scorer = Scorer()
     out: dict[str, Any] = {
-        "model": model or getattr(policy, "name", type(policy).__name__),
-        "decoding": dict(decoding or getattr(getattr(policy, "sampling", None), "__dict__", {}) or {}),
+        "model": getattr(policy, "name", type(policy).__name__),  # a caller may record its own name and
+        "decoding": dict(getattr(getattr(policy, "sampling", None), "__dict__", {}) or {}),  # settings
         "protocol": {"math_suffix": MATH_SUFFIX, "mc_suffix": MC_SUFFIX, "scoring": "math-verify, gold first"},
         "seed": seed,
         "limit": limit,
