@@ -13,7 +13,7 @@ import warnings
 
 from spy_env.config import GameConfig
 from spy_env.corpus import CorpusFilter, Document, load_corpus
-from spy_env.env import SpyGame, env, make, parallel_env, raw_env
+from spy_env.env import GameHost, SpyGame, env, make, parallel_env, raw_env
 from spy_env.game import Game, RoundResult
 from spy_env.stage import Stage
 
@@ -27,6 +27,7 @@ __all__ = [
     "Document",
     "Game",
     "GameConfig",
+    "GameHost",
     "RoundResult",
     "SpyGame",
     "Stage",

@@ -82,7 +82,7 @@ from spy_env.transcript import transcript
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SpyGame", "env", "make", "parallel_env", "raw_env"]
+__all__ = ["GameHost", "SpyGame", "env", "make", "parallel_env", "raw_env"]
 
 _RENDER_MODES = ("ansi", "human")
 _OPTION_KEYS = ("document_index", "document_id", "spy_seat", "degrade_seed")
@@ -124,8 +124,12 @@ def _config_from(config: GameConfig | None, overrides: Mapping[str, Any]) -> Gam
     return replace(config, **overrides) if overrides else config
 
 
-class SpyGame:
-    """What the AEC and parallel classes share: corpus, RNG, game setup, spaces, observations."""
+class GameHost:
+    """Hosts one :class:`~spy_env.game.Game` at a time: it holds the corpus and the RNG, deals each
+    new game (document, spy seat, the spy's degraded copy), hands the seats' actions to the game,
+    and shows each seat its observation and infos. The rules are the game's; the AEC and parallel
+    classes and the batched runner all play through a host.
+    """
 
     def __init__(self, config: GameConfig) -> None:
         self.config = config
@@ -278,6 +282,23 @@ class SpyGame:
         assert game is not None
         return game.act(seat, action)
 
+    def play_stage(self, actions: Mapping[int, Any]) -> RoundResult | None:
+        """Hand every pending seat's action (``actions[seat]``) to the game, in seat order; the
+        round's result when this stage resolved it, else None."""
+        game = self.game
+        assert game is not None
+        result = None
+        for seat in game.pending():
+            result = game.act(seat, actions[seat])
+        return result
+
+    def info(self, seat: int, stage: Stage, result: RoundResult | None) -> dict[str, Any]:
+        """What ``seat`` learns after acting in ``stage``: its action's info, and the round's when it resolved."""
+        info = {**self.base_info(seat), **self.action_info(seat, stage)}
+        if result is not None:
+            info.update(self.round_info(result, seat))
+        return info
+
     def action_info(self, seat: int, stage: Stage) -> dict[str, Any]:
         """Info about ``seat``'s latest action in ``stage``: violations and penalty."""
         game = self.game
@@ -324,8 +345,12 @@ class SpyGame:
         return None
 
 
+SpyGame = GameHost  # the former name (it never was the game: that is spy_env.game.Game); kept one release
+
+
 class _SpyEnvBase:
-    """What the AEC and parallel classes share: config, rules core, spaces, rendering."""
+    """The PettingZoo surface the AEC and parallel classes share: config, agent names, spaces and
+    rendering, all delegated to a :class:`GameHost`."""
 
     metadata = {
         "name": "WhoIsTheSpy-v0",
@@ -338,7 +363,7 @@ class _SpyEnvBase:
             raise ValueError(f"render_mode must be None or one of {_RENDER_MODES}, got {render_mode!r}")
         self.config = _config_from(config, overrides)
         self.render_mode = render_mode
-        self._core = SpyGame(self.config)
+        self._core = GameHost(self.config)
         self.possible_agents = list(self._core.possible_agents)
         self.seat_of = self._core.seat_of
         self.agents: list[str] = []
@@ -442,9 +467,7 @@ class parallel_env(_SpyEnvBase, ParallelEnv, EzPickle):
             raise ValueError(
                 f"step() needs one action per live agent: missing {sorted(missing)}, unexpected {sorted(extra)}"
             )
-        result = None
-        for seat in game.pending():
-            result = core.step_seat(seat, actions[self.possible_agents[seat]])
+        result = core.play_stage({seat: actions[self.possible_agents[seat]] for seat in game.pending()})
         live = list(self.agents)
         rewards = dict.fromkeys(live, 0.0)
         terminations = dict.fromkeys(live, False)
@@ -452,10 +475,9 @@ class parallel_env(_SpyEnvBase, ParallelEnv, EzPickle):
         infos = {}
         for agent in live:
             seat = core.seat_of[agent]
-            infos[agent] = {**core.base_info(seat), **core.action_info(seat, stage)}
+            infos[agent] = core.info(seat, stage, result)
             if result is not None:
                 rewards[agent] = game.reward(result, seat)
-                infos[agent].update(core.round_info(result, seat))
                 terminations[agent] = game.done or not game.alive[seat]
         observations = {a: core.observe(core.seat_of[a]) for a in live}
         self.agents = [a for a in live if not terminations[a]]

@@ -31,7 +31,7 @@ from spy_env.buffer import EpisodeBuffer
 from spy_env.config import GameConfig
 from spy_env.corpus import game_documents
 from spy_env.display import terminal_safe
-from spy_env.env import parallel_env
+from spy_env.env import GameHost
 from spy_env.game import Game
 from spy_env.policy import Action, Policy, chat_messages
 from spy_env.rewards import weighted_reward
@@ -50,7 +50,9 @@ class _Slot:
     """A game in flight."""
 
     index: int
-    env: parallel_env
+    host: GameHost
+    game: Game  # the game the host dealt; the runner plays it through the host
+    agents: list[str]  # the seats still playing, by agent name
     observations: dict[str, Any]
     policies: Sequence[Policy]
     group_id: int
@@ -86,7 +88,7 @@ class Runner:
         self.keep_games = keep_games
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.games: list[Game] = []
-        self._envs: list[parallel_env] = []
+        self._hosts: list[GameHost] = []
         self._warned: set[int] = set()  # policies whose first forfeit this run was reported
 
     def run(
@@ -122,10 +124,10 @@ class Runner:
                     for i, setup in zip(range(start, start + len(batch)), batch, strict=True)
                 ]
                 while slots:
-                    game = slots[0].env.game
+                    game = slots[0].game
                     tracker.stage(f"round {game.round + 1} · {game.stage.value}")
                     self._stage(slots, policy_version)
-                    for slot in [s for s in slots if s.env.game.done]:
+                    for slot in [s for s in slots if s.game.done]:
                         buffer.extend(self._finish(slot))
                         slots.remove(slot)
                         tracker.advance()
@@ -153,25 +155,27 @@ class Runner:
                 setups.append({"seed": int(rng.integers(2**31 - 1)), "group": group, "options": options})
         return setups
 
-    def _env(self, i: int) -> parallel_env:
-        while len(self._envs) <= i:
-            self._envs.append(parallel_env(self.config))
-        return self._envs[i]
+    def _host(self, i: int) -> GameHost:
+        while len(self._hosts) <= i:
+            self._hosts.append(GameHost(self.config))
+        return self._hosts[i]
 
     def _start(self, game_index: int, setup: Mapping[str, Any], policies: SeatPolicies) -> _Slot:
-        env = self._env(game_index % self.max_concurrent_games)
-        observations, _ = env.reset(seed=setup["seed"], options=setup["options"])
+        host = self._host(game_index % self.max_concurrent_games)
+        game = host.new_game(setup["seed"], setup["options"])
+        agents = list(host.possible_agents)
+        observations = {a: host.observe(host.seat_of[a]) for a in agents}
         seat_policies = policies(game_index) if callable(policies) else policies
         if len(seat_policies) != self.config.n_players:
             raise ValueError(f"need one policy per seat ({self.config.n_players}), got {len(seat_policies)}")
-        return _Slot(game_index, env, observations, seat_policies, setup["group"], setup["seed"], {})
+        return _Slot(game_index, host, game, agents, observations, seat_policies, setup["group"], setup["seed"], {})
 
     def _stage(self, slots: Sequence[_Slot], policy_version: int) -> None:
         """One stage for every game: one batched ``act`` per policy, then step every game."""
         requests: dict[int, tuple[Policy, list[tuple[_Slot, str]]]] = {}
         for slot in slots:
-            for agent in slot.env.agents:
-                policy = slot.policies[slot.env.seat_of[agent]]
+            for agent in slot.agents:
+                policy = slot.policies[slot.host.seat_of[agent]]
                 requests.setdefault(id(policy), (policy, []))[1].append((slot, agent))
         actions: dict[tuple[int, str], Action] = {}
         for policy, items in requests.values():
@@ -189,30 +193,39 @@ class Runner:
             for (slot, agent), action in zip(items, batch, strict=True):
                 actions[(slot.index, agent)] = action
         for slot in slots:
-            game = slot.env.game
-            stage, round_ = game.stage.value, game.round
-            agents = list(slot.env.agents)
-            step_actions = {a: actions[(slot.index, a)].text for a in agents}
-            for agent in agents:
-                action = actions[(slot.index, agent)]
-                slot.rows[(round_, stage, agent)] = self._row(slot, agent, stage, round_, action, policy_version)
-            observations, _, _, _, infos = slot.env.step(step_actions)
-            for agent in agents:
+            stage, round_, infos = self._play(slot, actions, policy_version)
+            for agent, info in infos.items():
                 row = slot.rows[(round_, stage, agent)]
-                row["violations"] = list(infos[agent].get("violations", []))
+                row["violations"] = list(info.get("violations", []))
                 if stage == Stage.VOTE:
-                    row["vote"] = -1 if infos[agent].get("vote") is None else infos[agent]["vote"]
-                if "reward_components" in infos[agent]:
-                    self._fill_rewards(slot, agent, round_, infos[agent])
-            slot.observations = observations
+                    row["vote"] = -1 if info.get("vote") is None else info["vote"]
+                if "reward_components" in info:
+                    self._fill_rewards(slot, agent, round_, info)
+
+    def _play(
+        self, slot: _Slot, actions: Mapping[tuple[int, str], Action], policy_version: int
+    ) -> tuple[str, int, dict[str, dict[str, Any]]]:
+        """Record the slot's rows of this stage and play the stage through its host: ``(stage, round,
+        infos)``, what each agent that acted learned, by agent name."""
+        host, game = slot.host, slot.game
+        stage, round_, agents = game.stage, game.round, list(slot.agents)
+        for agent in agents:
+            row = self._row(slot, agent, stage.value, round_, actions[(slot.index, agent)], policy_version)
+            slot.rows[(round_, stage.value, agent)] = row
+        result = host.play_stage({host.seat_of[a]: actions[(slot.index, a)].text for a in agents})
+        infos = {a: host.info(host.seat_of[a], stage, result) for a in agents}
+        slot.observations = {a: host.observe(host.seat_of[a]) for a in agents}
+        if result is not None:  # the round resolved: the eliminated (or everyone, at the end) stop playing
+            slot.agents = [a for a in agents if not (game.done or not game.alive[host.seat_of[a]])]
+        return stage.value, round_, infos
 
     def _row(self, slot: _Slot, agent: str, stage: str, round_: int, action: Action, version: int) -> dict:
-        seat = slot.env.seat_of[agent]
+        seat = slot.host.seat_of[agent]
         return {
             "run_id": self.run_id,
             "game_id": slot.index,
             "game_seed": slot.seed,
-            "document_id": slot.env.game.document.id,
+            "document_id": slot.game.document.id,
             "group_id": slot.group_id,
             "round": round_,
             "stage": stage,
@@ -247,7 +260,7 @@ class Runner:
             row["votes_received"] = info["votes_received"]
 
     def _finish(self, slot: _Slot) -> list[dict[str, Any]]:
-        game = slot.env.game
+        game = slot.game
         if self.keep_games:
             self.games.append(game)
         caught = any(log.result is not None and log.result.spy_caught for log in game.log)
