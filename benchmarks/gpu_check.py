@@ -101,7 +101,7 @@ def run_loop(name: str, model: str, out: Path, cpu: bool, **overrides) -> tuple[
         for key in ("losses/loss", "losses/kl", "losses/grad_norm"):
             if key in metrics and not math.isfinite(metrics[key]):
                 raise RuntimeError(f"{name}: {key} = {metrics[key]} is not finite")
-    rows = [dict(r) for r in trainer.select_samples(trainer.rollouts(), "detect")[0]]
+    rows = [{**s.row, "advantage": s.advantage} for s in trainer.select_samples(trainer.rollouts(), "detect")[0]]
     figures["rollout_tokens_per_s"] = sum(rollout_tokens_per_s) / len(rollout_tokens_per_s)
     figures["dtype"] = str(next(trainer.model.parameters()).dtype)
     figures["gradient_checkpointing"] = trainer.config.gradient_checkpointing

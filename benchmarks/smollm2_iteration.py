@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     from spy_env.buffer import EpisodeBuffer
 
     buffer = list(EpisodeBuffer.load(f"{out}/buffers/iter_00000.parquet"))
-    rows, _ = trainer.select_samples(buffer, metrics["stage"])
+    rows = [s.row for s in trainer.select_samples(buffer, metrics["stage"])[0]]
     start = time.perf_counter()
     for stage in ("perform", "vote"):
         llm = [r for r in buffer if r["stage"] == stage and r["completion_token_ids"]]

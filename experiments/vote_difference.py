@@ -35,7 +35,6 @@ from spy_env.stage import Stage
 from trainers import SpyRLConfig, SpyRLTrainer
 from trainers.algorithm import group_normalized_advantages
 from trainers.choices import Choice
-from trainers.logprobs import sequence_logps
 from trainers.update import TrainingSamples, UpdateTotals
 
 ATTEMPT3 = {  # the smollm2-selfplay preset of attempt 3 (docs/experiment/TUNING.md)
@@ -110,9 +109,10 @@ def gradient_alignment(logits, choices, spies, q, games, draws: int) -> dict[str
     }
 
 
-def one_old_step(trainer, config, rows, choices, logits) -> dict[str, float]:
-    """One optimizer step of the old path (whole-vocabulary scores) on the first 8 rows; how the others move."""
-    samples = TrainingSamples.from_rows(rows, config.max_completion_tokens)
+def one_old_step(trainer, config, selected, choices, logits) -> dict[str, float]:
+    """One optimizer step of the old path (whole-vocabulary scores) on the first 8 samples; how the others move."""
+    samples = TrainingSamples.from_samples(selected, config.max_completion_tokens)
+    rows = samples.rows
     samples.choices = [None] * len(rows)  # the old path: whole-vocabulary log-probs
     trainer.model.train()
     trainer._optimizer_step(samples, list(range(8)), "action", UpdateTotals())
@@ -152,14 +152,15 @@ def main(argv: list[str] | None = None) -> int:
         keep_buffers=False, **ATTEMPT3,
     )  # fmt: skip
     trainer = SpyRLTrainer(config)
-    rows, _ = trainer.select_samples(trainer.rollouts(), Stage.VOTE)
+    selected, _ = trainer.select_samples(trainer.rollouts(), Stage.VOTE)
+    rows = [s.row for s in selected]
     choices = [Choice.of(r) for r in rows]
     spies = [r["spy_seat"] for r in rows]
     logits = choice_logits(trainer, rows)
     p_legal = [float(torch.softmax(z, -1)[list(c.tokens)].sum()) for z, c in zip(logits, choices, strict=True)]
     q = [torch.softmax(z[list(c.tokens)], -1).numpy() for z, c in zip(logits, choices, strict=True)]
     alignment = gradient_alignment(logits, choices, spies, q, [(r["game_id"], r["round"]) for r in rows], args.draws)
-    step = one_old_step(trainer, config, rows, choices, logits)
+    step = one_old_step(trainer, config, selected, choices, logits)
     result = {
         "command": "python experiments/vote_difference.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "rows": len(rows),

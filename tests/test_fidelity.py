@@ -54,8 +54,8 @@ def game_rows(game_id, votes, spy, *, config=None, penalties=None, group_id=None
     return rows
 
 
-def advantages_by(rows, key="seat"):
-    return {r[key]: r["advantage"] for r in rows}
+def advantages_by(samples, key="seat"):
+    return {s.row[key]: s.advantage for s in samples}
 
 
 # ---------------------------------------------------------------- finding 1: optimizer steps
@@ -116,15 +116,15 @@ def test_first_performing_iteration_is_centred_per_role():
         rows += game_rows(game_id, votes, spy)
     trainer = fake_trainer(SpyRLConfig())
     selected, _ = SpyRLTrainer.select_samples(trainer, rows, "perform")
-    spy_rewards = [r["reward_perform"] for r in selected if r["role"] == "spy"]
+    spy_rewards = [s.row["reward_perform"] for s in selected if s.row["role"] == "spy"]
     assert np.mean(spy_rewards) < -1.0  # the role bias RAE exists to remove
     for role in ("spy", "civilian"):
-        mean = np.mean([r["advantage"] for r in selected if r["role"] == role])
+        mean = np.mean([s.advantage for s in selected if s.row["role"] == role])
         assert mean == pytest.approx(0.0, abs=1e-9), role
     # the cold start stays one flag away
     cold = types.SimpleNamespace(config=SpyRLConfig(), distributed=False, rae=RAEBaselines(alpha=0.9, init="zero"))
     selected, _ = SpyRLTrainer.select_samples(cold, rows, "perform")
-    assert np.mean([r["advantage"] for r in selected if r["role"] == "spy"]) < -1.0
+    assert np.mean([s.advantage for s in selected if s.row["role"] == "spy"]) < -1.0
 
 
 # ------------------------------------------------------------------ finding 4: the spy's vote
@@ -227,7 +227,7 @@ def test_paper_stage_ema_switches_soon_after_accuracy_crosses():
 def test_prompt_groups_compare_a_seats_vote_across_replayed_games():
     config = SpyRLConfig(detect_advantage_groups="prompt")
     rows = game_rows(0, [2, 2, 0], spy=2, group_id=7) + game_rows(1, [1, 2, 0], spy=2, group_id=7)
-    adv = {(r["game_id"], r["seat"]): r["advantage"] for r in SpyRLTrainer.select_samples(fake_trainer(config), rows, "detect")[0]}  # fmt: skip
+    adv = {(s.row["game_id"], s.row["seat"]): s.advantage for s in SpyRLTrainer.select_samples(fake_trainer(config), rows, "detect")[0]}  # fmt: skip
     assert adv[(0, 0)] > 0 > adv[(1, 0)]  # seat 0 right in game 0, wrong in game 1: one group
     assert adv[(0, 1)] == adv[(1, 1)] == 0.0
     with pytest.raises(ValueError, match="detect_advantage_groups"):
@@ -240,10 +240,10 @@ def test_perform_group_norm_keeps_the_rae_baseline():
     trainer.rae.baselines = {"civilian": 0.0, "spy": -2.0}
     rows = game_rows(0, [2, 2, 0], spy=2, group_id=3) + game_rows(1, [2, 0, 0], spy=2, group_id=3)
     selected = SpyRLTrainer.select_samples(trainer, rows, "perform")[0]
-    spy = [r for r in selected if r["role"] == "spy"]
-    rewards = np.array([r["reward_perform"] for r in spy])  # -1.5, -0.5
+    spy = [s for s in selected if s.row["role"] == "spy"]
+    rewards = np.array([s.row["reward_perform"] for s in spy])  # -1.5, -0.5
     expected = (rewards + 2.0) / (rewards.std() + config.advantage_eps)
-    assert [r["advantage"] for r in spy] == pytest.approx(expected.tolist())
+    assert [s.advantage for s in spy] == pytest.approx(expected.tolist())
     assert np.mean(expected) > 0  # group re-centring would have made it 0, discarding b_spy
 
 
@@ -290,3 +290,23 @@ def test_paper_preset_plays_each_training_document_once_per_epoch():
     played = [d for step in range(10) for d in epoch_documents(documents, per, step, seed=paper.seed)]
     assert sorted(played[:40]) == sorted(documents) and sorted(played[40:]) == sorted(documents)
     assert epoch_documents(documents, per, 3, seed=0) == epoch_documents(documents, per, 3, seed=0)
+
+
+def test_samples_pair_rows_with_advantages_without_writing_into_the_buffer():
+    import copy
+    import dataclasses
+
+    from trainers.samples import Sample
+
+    config = SpyRLConfig(vote_mode="constrained", vote_gradient="expected", detect_advantage_groups="batch")
+    rows = [
+        {**r, "completion_mask": [0, 1], "choice_step": 1, "choice_token_ids": [1, 2, 3, -1]}
+        for r in game_rows(0, [2, 2, 0], spy=2)
+    ]
+    before = copy.deepcopy(rows)
+    samples, _ = SpyRLTrainer.select_samples(fake_trainer(config), rows, "detect")
+    assert rows == before  # no advantage, no choice advantages written into the buffer's rows
+    assert samples and all(isinstance(s, Sample) and s.row in rows for s in samples)
+    assert all(s.choice_advantages is not None and len(s.choice_advantages) == 3 for s in samples)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        samples[0].advantage = 1.0  # type: ignore[misc]

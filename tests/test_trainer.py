@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -137,21 +138,21 @@ def test_a_performing_iteration_moves_performances_toward_higher_reward(tmp_path
     )  # fmt: skip
     trainer = SpyRLTrainer(config)
     buffer = trainer.rollouts()
-    rows, _ = trainer.select_samples(buffer, "perform")
-    advantages = np.array([r["advantage"] for r in rows])
-    rewards = np.array([r["reward"] for r in rows])
+    samples, _ = trainer.select_samples(buffer, "perform")
+    advantages = np.array([s.advantage for s in samples])
+    rewards = np.array([s.row["reward"] for s in samples])
     assert advantages.std() > 0  # the heuristic voters do react to the performances
 
     def seq_logps():
         with torch.no_grad():
             logps, mask, *_ = sequence_logps(
-                trainer.model, [r["prompt_token_ids"] for r in rows], [r["completion_token_ids"] for r in rows],
+                trainer.model, [s.row["prompt_token_ids"] for s in samples], [s.row["completion_token_ids"] for s in samples],
                 trainer.pad_id,
             )  # fmt: skip
         return (logps * mask).sum(-1).numpy()
 
     before = seq_logps()
-    trainer.update(rows, "perform")
+    trainer.update(samples, "perform")
     delta = seq_logps() - before
     assert float(np.dot(advantages, delta)) > 0  # first-order improvement of the surrogate
     assert delta[advantages > 0].mean() > delta[advantages < 0].mean()
@@ -232,13 +233,13 @@ def test_gradient_checkpointing_changes_memory_not_updates(tmp_path):
     from trainers.grpo import SpyRLTrainer
 
     plain = SpyRLTrainer(_smoke(tmp_path, "plain"))
-    rows, _ = plain.select_samples(plain.rollouts(), "detect")
-    assert any(r["advantage"] != 0 for r in rows)
+    samples, _ = plain.select_samples(plain.rollouts(), "detect")
+    assert any(s.advantage != 0 for s in samples)
     checkpointed = SpyRLTrainer(_smoke(tmp_path, "checkpointed", gradient_checkpointing=True))
     assert any(getattr(m, "gradient_checkpointing", False) for m in checkpointed.model.modules())
     before = {n: p.detach().clone() for n, p in plain.model.named_parameters()}
-    plain.update(rows, "detect")
-    checkpointed.update(rows, "detect")
+    plain.update(samples, "detect")
+    checkpointed.update(samples, "detect")
     moved = 0
     for (name, p), (_, q) in zip(plain.model.named_parameters(), checkpointed.model.named_parameters(), strict=True):
         torch.testing.assert_close(q, p, atol=1e-6, rtol=1e-5, msg=name)
@@ -278,30 +279,31 @@ def test_forced_vote_tokens_are_never_scored(tmp_path):
 
     config = toy_detection_config(tmp_path / "run", documents_per_iteration=2, games_per_document=2, eval_games=0)
     trainer = SpyRLTrainer(config)
-    rows, _ = trainer.select_samples(trainer.rollouts(), "detect")
-    assert rows and all(sum(r["completion_mask"]) == 1 for r in rows)  # one chosen token per vote
+    samples, _ = trainer.select_samples(trainer.rollouts(), "detect")
+    assert samples and all(sum(s.row["completion_mask"]) == 1 for s in samples)  # one chosen token per vote
     start = {k: v.clone() for k, v in trainer.model.state_dict().items()}
 
-    def updated(rows):
+    def updated(samples):
         trainer.model.load_state_dict(start)
         trainer.optimizer = torch.optim.AdamW(trainer.model.parameters(), lr=config.learning_rate)
-        trainer.update([dict(r) for r in rows], "detect")
+        trainer.update(list(samples), "detect")
         return {k: v.clone() for k, v in trainer.model.state_dict().items()}
 
-    def edit(rows, after_choice: bool):
+    def edit(samples, after_choice: bool):
         out = []
-        for r in rows:
+        for s in samples:
+            r = s.row
             ids, mask = list(r["completion_token_ids"]), list(r["completion_mask"])
             choice = mask.index(1)
             targets = range(choice + 1, len(ids)) if after_choice else [choice]
             for t in targets:
                 ids[t] = (ids[t] + 1) % 50
-            out.append({**r, "completion_token_ids": ids})
+            out.append(replace(s, row={**r, "completion_token_ids": ids}))
         return out
 
-    base = updated(rows)
+    base = updated(samples)
     assert any(not torch.equal(base[k], start[k]) for k in start)  # it trained
-    same = updated(edit(rows, after_choice=True))
+    same = updated(edit(samples, after_choice=True))
     assert all(torch.equal(base[k], same[k]) for k in base)
-    other = updated(edit(rows, after_choice=False))
+    other = updated(edit(samples, after_choice=False))
     assert any(not torch.equal(base[k], other[k]) for k in base)

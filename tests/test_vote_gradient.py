@@ -213,7 +213,7 @@ def test_the_rollouts_forward_feeds_the_same_update_as_a_second_forward(vote_gra
     rows, _ = trainer.select_samples(buffer, Stage.VOTE)
     from trainers.update import TrainingSamples, micro_step
 
-    samples = TrainingSamples.from_rows(rows, config.max_completion_tokens)
+    samples = TrainingSamples.from_samples(rows, config.max_completion_tokens)
     everything = list(range(len(rows)))
     batch = samples.micro_batch(everything, level="action", items=len(rows), accumulation=1)
     params = [p for p in trainer.model.parameters() if p.requires_grad]

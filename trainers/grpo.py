@@ -61,6 +61,7 @@ from trainers.metrics import iteration_metrics
 from trainers.models import load_policy_model, prepare_for_training, reference_logps, reference_model
 from trainers.policies import decoding_options, learner_policy, seat_policy
 from trainers.samples import (
+    Sample,
     choice_advantages,
     role_means,
     role_reward_sums,
@@ -213,9 +214,9 @@ class SpyRLTrainer:
         return out
 
     # -------------------------------------------------------------- samples
-    def select_samples(self, buffer: EpisodeBuffer, stage: Stage | str) -> tuple[list[dict], dict[str, float]]:
-        """The rows of ``stage`` that train, with their advantages in ``row['advantage']``
-        (:mod:`trainers.samples`; ``stage`` a :class:`~spy_env.Stage` or a schedule name)."""
+    def select_samples(self, buffer: EpisodeBuffer, stage: Stage | str) -> tuple[list[Sample], dict[str, float]]:
+        """The rows of ``stage`` that train, each paired with its advantages in a :class:`~trainers.samples.Sample`
+        (the buffer's rows are not written; ``stage`` a :class:`~spy_env.Stage` or a schedule name)."""
         c = self.config
         stage = Stage.of(stage)
         rows, skipped = stage_rows(
@@ -226,14 +227,15 @@ class SpyRLTrainer:
         if stage is Stage.PERFORM and c.rae and self.distributed:  # global role means keep baselines in sync
             means = role_means(self.all_reduce(role_reward_sums(rewards, [r["role"] for r in rows])))
         advantages = add_penalties(stage_advantages(rows, rewards, stage, c, self.rae, means), penalties)
-        for row, advantage, weights in zip(rows, advantages, choice_advantages(rows, stage, c), strict=True):
-            row["advantage"] = float(advantage)
-            row["choice_advantages"] = None if weights is None else [float(w) for w in weights]
-        rows = [r for r in rows if r["trainable"]]
+        samples = [
+            Sample(row, float(advantage), None if weights is None else tuple(float(w) for w in weights))
+            for row, advantage, weights in zip(rows, advantages, choice_advantages(rows, stage, c), strict=True)
+            if row["trainable"]
+        ]
         if self.distributed:  # every process must run the same number of backward passes
-            counts = self.accelerator.gather(torch.tensor([len(rows)], device=self.accelerator.device))
-            rows = rows[: int(counts.min())]
-        return rows, sample_stats(rows, skipped)
+            counts = self.accelerator.gather(torch.tensor([len(samples)], device=self.accelerator.device))
+            samples = samples[: int(counts.min())]
+        return samples, sample_stats(samples, skipped)
 
     # -------------------------------------------------------------- updates
     def mini_batch_size(self, samples: int) -> int:
@@ -241,11 +243,12 @@ class SpyRLTrainer:
         (:func:`trainers.update.mini_batch_size`)."""
         return mini_batch_size(self.config, samples)
 
-    def update(self, rows: list[dict], stage: Stage | str) -> dict[str, float]:
-        """``epochs`` passes over ``rows`` in shuffled mini-batches, one optimizer step each; returns ``losses/*``."""
+    def update(self, selected: list[Sample], stage: Stage | str) -> dict[str, float]:
+        """``epochs`` passes over ``selected`` in shuffled mini-batches, one optimizer step each; returns ``losses/*``."""
         c = self.config
         level = c.perform_ratio_level if Stage.of(stage) is Stage.PERFORM else c.detect_ratio_level
-        samples = TrainingSamples.from_rows(rows, c.max_completion_tokens)
+        samples = TrainingSamples.from_samples(selected, c.max_completion_tokens)
+        rows = samples.rows
         size = self.mini_batch_size(len(rows))
         if (metrics := retained_update(self, samples, size, level)) is not None:  # the rollout's forward fed it
             return metrics

@@ -1,4 +1,8 @@
-"""Which rows of an iteration's episode buffer train, and their advantages: pure, rows in, numbers out.
+"""Which rows of an iteration's episode buffer train, and their advantages: rows in, numbers out.
+
+Nothing here writes into a row: the trainer pairs each row with its advantages in a frozen
+:class:`Sample`. The one state that changes is the RAE baselines, which :func:`stage_advantages`
+updates with each performing batch (the method's own memory, passed in explicitly).
 
 Only the current stage trains: performances in the performing stage, votes in the detection stage
 (the spy's vote only with ``train_spy_vote``; with ``spy_vote_in_group`` it still joins its game's
@@ -12,6 +16,7 @@ these together and adds what needs several processes.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,6 +28,7 @@ from trainers.choices import expected_advantages, supervised_targets
 __all__ = [
     "ROLES",
     "SKIP_REASONS",
+    "Sample",
     "advantage_groups",
     "choice_advantages",
     "role_means",
@@ -36,6 +42,17 @@ __all__ = [
 
 SKIP_REASONS = ("too_long_prompt", "empty", "forfeit", "no_choice")
 ROLES = ("civilian", "spy")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One training sample: its episode-buffer ``row`` (read, never written), its ``advantage``, and
+    for a vote decoded as a choice the per-seat ``choice_advantages`` (``vote_gradient`` expected or
+    supervised; None otherwise)."""
+
+    row: Mapping[str, Any]
+    advantage: float
+    choice_advantages: tuple[float, ...] | None = None
 
 
 def skip_reason(row: Mapping[str, Any], max_prompt_tokens: int) -> str | None:
@@ -195,17 +212,17 @@ def role_means(sums: Sequence[float]) -> dict[str, float]:
     return {role: sums[i] / sums[i + 2] for i, role in enumerate(ROLES) if sums[i + 2]}
 
 
-def sample_stats(rows: Sequence[Mapping[str, Any]], skipped: Mapping[str, int]) -> dict[str, float]:
-    """``samples/*`` and ``advantages/*`` metrics of the rows that train.
+def sample_stats(samples: Sequence[Sample], skipped: Mapping[str, int]) -> dict[str, float]:
+    """``samples/*`` and ``advantages/*`` metrics of the samples that train.
 
-    >>> sample_stats([{"advantage": 1.0}, {"advantage": -1.0}], {"empty": 2})
+    >>> sample_stats([Sample({}, 1.0), Sample({}, -1.0)], {"empty": 2})
     {'samples/skipped_empty': 2, 'samples/count': 2, 'advantages/mean': 0.0, 'advantages/std': 1.0}
     """
     stats: dict[str, float] = {f"samples/skipped_{k}": v for k, v in skipped.items()}
-    if not rows:
+    if not samples:
         return stats
-    trained = np.array([r["advantage"] for r in rows])
-    stats["samples/count"] = len(rows)
+    trained = np.array([s.advantage for s in samples])
+    stats["samples/count"] = len(samples)
     stats["advantages/mean"] = float(np.mean(trained))
     stats["advantages/std"] = float(np.std(trained))
     return stats

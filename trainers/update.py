@@ -8,7 +8,7 @@ any step, so its behaviour log-probs are the current ones (detached) and need no
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +18,7 @@ from trainers.choices import Choice, choice_loss
 from trainers.config import SpyRLConfig
 from trainers.logprobs import pad_to, sequence_logps
 from trainers.loss import clipped_policy_loss
+from trainers.samples import Sample
 
 __all__ = ["MicroBatch", "TrainingSamples", "UpdateTotals", "micro_loss", "micro_step", "mini_batch_size"]
 
@@ -65,7 +66,8 @@ class MicroBatch:
 class TrainingSamples:
     """The training samples of one update: token ids, scored-token masks and fixed log-probs."""
 
-    rows: list[dict]
+    rows: list[Mapping[str, Any]]
+    advantages: list[float]
     prompts: list[list[int]]
     completions: list[list[int]]
     scored: list[torch.Tensor]  # (T_i,) 1 for tokens the model chose, 0 for forced ones
@@ -76,7 +78,8 @@ class TrainingSamples:
     ref: dict[int, torch.Tensor] = field(default_factory=dict)  # reference log-probs (beta > 0)
 
     @classmethod
-    def from_rows(cls, rows: list[dict], max_tokens: int) -> TrainingSamples:
+    def from_samples(cls, samples: Sequence[Sample], max_tokens: int) -> TrainingSamples:
+        rows = [s.row for s in samples]
         completions = [list(r["completion_token_ids"])[:max_tokens] for r in rows]
         scored = []
         for row, completion in zip(rows, completions, strict=True):
@@ -84,10 +87,12 @@ class TrainingSamples:
             scored.append(torch.tensor(mask if len(mask) == len(completion) else [1] * len(completion)))
         choices = [Choice.of(r, max_tokens) for r in rows]
         coefficients = [
-            None if c is None or r.get("choice_advantages") is None else torch.tensor(r["choice_advantages"])
-            for r, c in zip(rows, choices, strict=True)
+            None if c is None or s.choice_advantages is None else torch.tensor(s.choice_advantages)
+            for s, c in zip(samples, choices, strict=True)
         ]
-        return cls(rows, [list(r["prompt_token_ids"]) for r in rows], completions, scored, choices, coefficients)
+        prompts = [list(r["prompt_token_ids"]) for r in rows]
+        advantages = [s.advantage for s in samples]
+        return cls(rows, advantages, prompts, completions, scored, choices, coefficients)
 
     def logps_by_row(
         self, logps_of: LogpsFn, indices: Sequence[int], chunk: int
@@ -111,7 +116,7 @@ class TrainingSamples:
             scored=[self.scored[i] for i in indices],
             old_logps=[self.old.get(i) for i in indices],
             ref_logps=[self.ref[i] for i in indices] if self.ref else None,
-            advantages=[self.rows[i]["advantage"] for i in indices],
+            advantages=[self.advantages[i] for i in indices],
             level=level,
             items=items,
             accumulation=accumulation,
