@@ -84,9 +84,9 @@ def test_decoding_options_have_one_abstain_default_and_the_old_name_is_a_depreca
         config = SpyRLConfig.from_dict({"vote_abstain": True, "vote_mode": "think-then-vote"})
     assert config.abstain is True and config.vote_abstain is None
     assert decoding_options(config) == DecodingOptions("think-then-vote", abstain=True)
-    with pytest.raises(ValueError, match=r"vote_abstain \(deprecated\) and SpyRLConfig\.abstain disagree"):
-        with pytest.warns(DeprecationWarning):
-            SpyRLConfig(vote_abstain=False, abstain=True)
+    disagree = r"vote_abstain \(deprecated\) and SpyRLConfig\.abstain disagree"
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=disagree):
+        SpyRLConfig(vote_abstain=False, abstain=True)
 
 
 def test_old_config_names_are_deprecated_aliases_of_the_one_owner():
