@@ -97,7 +97,8 @@ def test_old_config_names_are_deprecated_aliases_of_the_one_owner():
     with pytest.warns(DeprecationWarning, match=r"GameConfig\.beta is deprecated.*GameConfig\.vote_gap_weight"):
         game = GameConfig.from_dict({"beta": "2e-1"})
     assert game.vote_gap_weight == 0.2 and game.beta is None
-    with pytest.raises(ValueError, match=r"GameConfig\.vote_gap_weight must be a finite number > 0"):
+    negative = r"GameConfig\.vote_gap_weight must be a finite number > 0"
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=negative):
         GameConfig(beta=-1.0)
     with pytest.warns(DeprecationWarning, match=r"SpyRLConfig\.train_spy_vote is deprecated"):
         config = SpyRLConfig(train_spy_vote=True)
