@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from spy_env.config import GameConfig
+from spy_env.config import GAME_DEPRECATED_ALIASES, GameConfig
 from spy_env.corpus import HELDOUT_SALT, CorpusFilter, Document, load_corpus, split_documents
 from spy_env.env import parallel_env
 from spy_env.heldout import Interval, bootstrap
@@ -182,9 +182,15 @@ def build_set(kind: str, num_games: int = NUM_GAMES, *, seed: int = 0, config: G
     return json.dumps(_set_payload(kind, config, games, seed=seed), indent=1, ensure_ascii=False) + "\n"
 
 
+# The released sets' config keys are frozen: GameConfig fields renamed since are written under their v1 names.
+_V1_NAMES = {"vote_gap_weight": "beta"}
+_FROM_V1 = {v1: name for name, v1 in _V1_NAMES.items()}
+
+
 def _set_payload(kind: str, config: GameConfig, games: list[dict[str, Any]], *, seed: int) -> dict[str, Any]:
     """A set's JSON object: what it is, how it was built, and its games."""
-    game_fields = {k: v for k, v in config.to_dict().items() if k not in ("corpus", "max_documents")}
+    skipped = {"corpus", "max_documents", *GAME_DEPRECATED_ALIASES}
+    game_fields = {_V1_NAMES.get(k, k): v for k, v in config.to_dict().items() if k not in skipped}
     return {
         "name": kind,
         "version": VERSION,
@@ -215,7 +221,8 @@ def load_set(kind: str, path: str | os.PathLike | None = None) -> tuple[BenchSet
     raw = json.loads(text)
     if raw.get("name") != kind:
         raise ValueError(f"{path or set_path(kind)} is a {raw.get('name')!r} set, not {kind!r}")
-    config = GameConfig.from_dict({**raw["config"], "corpus": raw["heldout"]["corpus"]})
+    fields = {_FROM_V1.get(k, k): v for k, v in raw["config"].items()}
+    config = GameConfig.from_dict({**fields, "corpus": raw["heldout"]["corpus"]})
     documents = {d.id: d for d in heldout_documents(config, raw["heldout"]["fraction"])}
     games = tuple(BenchGame(**{**g, "performances": tuple(g["performances"])}) for g in raw["games"])
     for game in games:
