@@ -3,7 +3,9 @@ regime read through verl, and each of the seven findings of the independent revi
 
 from __future__ import annotations
 
+import math
 import types
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,7 +19,7 @@ from spy_env.rewards import detection_rewards, performing_rewards, votes_receive
 from trainers.algorithm import RAEBaselines, StageController  # noqa: E402
 from trainers.config import SpyRLConfig  # noqa: E402
 from trainers.grpo import SpyRLTrainer  # noqa: E402
-from trainers.loss import clipped_policy_loss  # noqa: E402
+from trainers.loss import LossConfig, LossScale, clipped_policy_loss, loss_items  # noqa: E402
 
 PAPER = "qwen3-4b-paper"
 
@@ -169,13 +171,13 @@ def test_low_var_kl_is_clamped_and_not_ratio_weighted():
     old = torch.tensor([[-7.0, -1.2, -0.5]])  # ratios e^-1, e^0.2, 1
     ref = torch.tensor([[-1.0, -1.1, -0.4]])  # ref − logp = 7 (k3 ≈ 1089, clamped to 10), −0.1, 0.1
     mask = torch.ones(1, 3)
-    kwargs = dict(level="token", loss_type="dapo", beta=1.0, epsilon_low=0.2, epsilon_high=0.2)
-    out = clipped_policy_loss(logps, old, torch.zeros(1), mask, ref_logps=ref, kl_estimator="low_var_kl", **kwargs)
+    config = LossConfig(level="token", loss_type="dapo", beta=1.0, kl_estimator="low_var_kl")
+    out = clipped_policy_loss(logps, old, torch.zeros(1), mask, config, ref_logps=ref)
     delta = (ref - logps).detach()
     expected = (torch.exp(delta) - delta - 1).clamp(max=10.0)
     assert out.kl == pytest.approx(expected.mean().item(), rel=1e-6)
     assert out.loss.item() == pytest.approx(expected.mean().item(), rel=1e-6)  # A = 0: only the KL term
-    k3 = clipped_policy_loss(logps, old, torch.zeros(1), mask, ref_logps=ref, kl_estimator="k3", **kwargs)
+    k3 = clipped_policy_loss(logps, old, torch.zeros(1), mask, replace(config, kl_estimator="k3"), ref_logps=ref)
     assert k3.kl == pytest.approx(((torch.exp(delta) - delta - 1) * torch.exp(logps - old).detach()).mean().item())
     assert k3.kl > 100  # TRL's form: unclamped, weighted by the ratio
     with pytest.raises(ValueError, match="kl_estimator"):
@@ -289,3 +291,29 @@ def test_paper_preset_plays_each_training_document_once_per_epoch():
     played = [d for step in range(10) for d in epoch_documents(documents, per, step, seed=paper.seed)]
     assert sorted(played[:40]) == sorted(documents) and sorted(played[40:]) == sorted(documents)
     assert epoch_documents(documents, per, 3, seed=0) == epoch_documents(documents, per, 3, seed=0)
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "bnpo", "dr_grpo"])
+def test_a_vote_is_one_decision_with_one_weight_whatever_its_length(loss_type):
+    """Two votes, 10 and 2 tokens, same advantage and ratio: each vote's summed log-prob gets the same
+    gradient (no hidden length weighting), and the KL enters as β per vote (β × its summed k3), not β/T."""
+    beta = 0.3
+    mask = torch.zeros(2, 10)
+    mask[0, :] = 1
+    mask[1, :2] = 1
+    logps = torch.full((2, 10), -1.0, requires_grad=True)
+    old = logps.detach().clone()
+    config = LossConfig(level="action", loss_type=loss_type, beta=0.0)
+    out = clipped_policy_loss(logps, old, torch.tensor([1.0, 1.0]), mask, config)
+    (grad,) = torch.autograd.grad(out.loss, logps)
+    assert grad[0, 0].item() == pytest.approx(grad[1, 0].item()) == pytest.approx(-0.5)  # -A / (2 votes)
+    assert out.loss.item() == pytest.approx(-1.0)  # the mean of the two votes' -A
+    ref = old - 0.5  # k3 = exp(-0.5) + 0.5 - 1 per token
+    k3 = math.exp(-0.5) - 0.5
+    with_kl = clipped_policy_loss(logps, old, torch.zeros(2), mask, replace(config, beta=beta), ref_logps=ref)
+    assert with_kl.loss.item() == pytest.approx(beta * (10 * k3 + 2 * k3) / 2, rel=1e-5)
+    dapo = LossConfig(level="action", loss_type="dapo")  # dapo's mini-batch denominator counts decisions
+    half = clipped_policy_loss(logps, old, torch.tensor([1.0, 1.0]), mask, dapo, scale=LossScale(4))
+    assert half.loss.item() == pytest.approx(-0.5)
+    assert loss_items([torch.ones(10), torch.ones(2), torch.zeros(3)], "action") == 2
+    assert loss_items([torch.ones(10), torch.ones(2)], "token") == 12

@@ -57,9 +57,11 @@ from trainers.algorithm import RAEBaselines, StageController, add_penalties, con
 from trainers.config import SpyRLConfig
 from trainers.documents import epoch_documents, training_documents
 from trainers.logprobs import sequence_logps
+from trainers.loss import LossConfig, LossScale, loss_items
 from trainers.metrics import iteration_metrics
 from trainers.models import load_policy_model, prepare_for_training, reference_logps, reference_model
 from trainers.policies import learner_policy, seat_policy
+from trainers.precision import MasterAdamW
 from trainers.samples import (
     choice_advantages,
     role_means,
@@ -138,10 +140,11 @@ class SpyRLTrainer:
 
     # --------------------------------------------------------------- set-up
     def _optimizer(self) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-        """AdamW over the trainable parameters, with a linear warm-up over ``warmup_iterations``."""
+        """AdamW (fp32 masters of bf16 weights: :mod:`trainers.precision`) over the trainable parameters,
+        with a linear warm-up over ``warmup_iterations``."""
         c = self.config
         params = [p for p in self.model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=c.learning_rate, weight_decay=c.weight_decay)
+        optimizer = MasterAdamW(params, lr=c.learning_rate, weight_decay=c.weight_decay)
         warmup = c.warmup_iterations
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda it: min(1.0, (it + 1) / (warmup + 1)) if warmup else 1.0
@@ -290,15 +293,16 @@ class SpyRLTrainer:
         """One optimizer step on the mini-batch ``mini`` (sample indices), gradients accumulated over micro-batches."""
         c = self.config
         micros = [mini[i : i + c.micro_batch_size] for i in range(0, len(mini), c.micro_batch_size)]
-        items = int(sum(samples.scored[i].sum().item() for i in mini))
+        items = loss_items([samples.scored[i] for i in mini], level)
         if self.distributed:  # dapo/token-mean over every process's tokens (DDP then averages gradients)
             items = self.all_reduce([items])[0] / self.accelerator.num_processes
+        loss = LossConfig.from_config(c, level)
         for k, micro in enumerate(micros):
             # Gradients accumulate over the mini-batch's micro-batches: DeepSpeed steps only at the
             # boundary (accelerate reads sync_gradients), DDP all-reduces only there.
             boundary = k == len(micros) - 1
             self.accelerator.sync_gradients = boundary
-            batch = samples.micro_batch(micro, level=level, items=items, accumulation=len(micros))
+            batch = samples.micro_batch(micro, loss, LossScale(items, len(micros)))
             with contextlib.ExitStack() as stack:
                 if not boundary and self.accelerator.distributed_type in processes.DDP_TYPES:
                     stack.enter_context(self.accelerator.no_sync(self.model))

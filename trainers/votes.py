@@ -27,6 +27,7 @@ from agents.decoding import VoteProgram, is_vote
 from agents.hf import HFPolicy
 from agents.tensors import left_pad
 from spy_env.policy import Action, Observation
+from trainers.loss import LossConfig, LossScale, loss_items
 from trainers.update import UpdateTotals, micro_loss
 
 __all__ = ["ForwardVotes", "one_update", "retained_logps", "retained_update"]
@@ -193,8 +194,8 @@ def retained_update(trainer: Any, samples: Any, size: int, level: str) -> dict[s
     if found is None:
         return None
     everything = list(range(len(samples.rows)))
-    items = int(sum(samples.scored[i].sum().item() for i in everything))
-    batch = samples.micro_batch(everything, level=level, items=items, accumulation=1)
+    loss = LossConfig.from_config(c, level)
+    batch = samples.micro_batch(everything, loss, LossScale(loss_items(samples.scored, level), 1))
     trainer.model.train()
     totals = UpdateTotals()
     totals.add_micro_step(micro_loss(found[0], found[1], None, found[2], batch, c, trainer.accelerator.backward))
