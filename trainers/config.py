@@ -61,7 +61,9 @@ class SpyRLConfig:
     )
     # ----------------------------------------------------------------- game
     game: dict = _f({}, "GameConfig overrides (n_players, rounds, degrade, corpus, prompts, ...).")  # noqa: RUF009
-    documents_per_iteration: int = _f(128, "Documents per iteration (paper: 128).")
+    documents_per_iteration: int = _f(
+        128, "Documents per iteration, all processes together (the global batch; paper: 128): each plays its share."
+    )
     games_per_document: int = _f(8, "Games sharing a document: the GRPO group (paper: 8).")
     replay_setup: bool = _f(True, "Games of a group also share spy seat and masks (exchangeable groups).")
     document_order: str = _f(

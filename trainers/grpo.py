@@ -61,7 +61,7 @@ from trainers.loss import LossConfig, LossScale, loss_items
 from trainers.metrics import iteration_metrics
 from trainers.models import load_policy_model, prepare_for_training, reference_logps, reference_model
 from trainers.policies import learner_policy, seat_policy
-from trainers.precision import MasterAdamW
+from trainers.precision import make_optimizer
 from trainers.samples import (
     choice_advantages,
     role_means,
@@ -98,6 +98,7 @@ class SpyRLTrainer:
         self.distributed = self.accelerator.num_processes > 1
         self.rank = self.accelerator.process_index
         processes.check_sharding(config, self.sharding)
+        self.documents_share = processes.documents_share(config, self.accelerator.num_processes)
         if self.distributed:
             self.model.to(self.accelerator.device)
         self.ref_model = reference_model(config, self.model, self.model_path)
@@ -140,11 +141,10 @@ class SpyRLTrainer:
 
     # --------------------------------------------------------------- set-up
     def _optimizer(self) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-        """AdamW (fp32 masters of bf16 weights: :mod:`trainers.precision`) over the trainable parameters,
-        with a linear warm-up over ``warmup_iterations``."""
+        """AdamW with fp32 masters (:mod:`trainers.precision`), linear warm-up over ``warmup_iterations``."""
         c = self.config
         params = [p for p in self.model.parameters() if p.requires_grad]
-        optimizer = MasterAdamW(params, lr=c.learning_rate, weight_decay=c.weight_decay)
+        optimizer = make_optimizer(params, self.accelerator, lr=c.learning_rate, weight_decay=c.weight_decay)
         warmup = c.warmup_iterations
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda it: min(1.0, (it + 1) / (warmup + 1)) if warmup else 1.0
@@ -178,7 +178,7 @@ class SpyRLTrainer:
             game,
             games_per_document=self.config.games_per_document,
             replay_setup=self.config.replay_setup,
-            max_concurrent_games=self.config.documents_per_iteration * self.config.games_per_document,
+            max_concurrent_games=self.documents_share * self.config.games_per_document,
             run_id=f"iter{self.iteration}",
         )
 
@@ -189,11 +189,11 @@ class SpyRLTrainer:
         if isinstance(self.policy, ForwardVotes):  # keep the votes' graphs when they feed a one-step update
             self.policy.keep_graphs = self.controller.training_stage is Stage.VOTE and one_update(c, self.distributed)
         self.model.eval()
-        games = c.documents_per_iteration * c.games_per_document
+        games = self.documents_share * c.games_per_document  # documents_per_iteration is the global batch
         step = self.iteration * self.accelerator.num_processes + self.rank  # this process's share of the run
         documents = self.train_documents
         if c.document_order == "epoch":
-            documents = epoch_documents(documents, c.documents_per_iteration, step, c.seed)
+            documents = epoch_documents(documents, self.documents_share, step, c.seed)
         return self._runner(documents).run(
             [self.seat_policy] * self.game_config.n_players,
             games,
@@ -244,7 +244,7 @@ class SpyRLTrainer:
     def mini_batch_size(self, samples: int) -> int:
         """Samples per optimizer step when this iteration trains on ``samples`` rows
         (:func:`trainers.update.mini_batch_size`)."""
-        return mini_batch_size(self.config, samples)
+        return mini_batch_size(self.config, samples, self.accelerator.num_processes)
 
     def update(self, rows: list[dict], stage: Stage | str) -> dict[str, float]:
         """``epochs`` passes over ``rows`` in shuffled mini-batches, one optimizer step each; returns ``losses/*``."""

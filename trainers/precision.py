@@ -7,10 +7,13 @@ each low-precision parameter: gradients are upcast, the step (moments included) 
 master, and the parameter becomes the master rounded to its dtype. The model keeps computing in
 bf16; updates accumulate in fp32 until they cross a bf16 step, as in mixed-precision training.
 
-It is the trainer's optimizer on every path. fp32 parameters (fp32 training, accelerate's FSDP with
-mixed precision, which keeps fp32 shards, or DeepSpeed's fp32 partitions) are stepped as by plain
-AdamW. Masters live in the optimizer state (``state[p]["master"]``), so checkpoints and
-``accelerate.save_state`` keep them, and a resumed run continues from the same fp32 values.
+It is the trainer's optimizer on one process and under DDP (:func:`make_optimizer`); an fp32
+parameter is its own master, so fp32 training is exactly torch's AdamW. Under FSDP or DeepSpeed the
+wrapper's own mixed precision keeps fp32 weights (accelerate upcasts FSDP's shards; DeepSpeed keeps
+fp32 partitions) and plain AdamW is used. The masters are the inner AdamW's parameters; its
+``state_dict`` carries them (``"master"`` of each low-precision entry), so checkpoints and
+``accelerate.save_state`` keep them and a resumed run continues from the same fp32 values.
+The model's parameters are never swapped (DDP's gradient hooks stay on them).
 """
 
 from __future__ import annotations
@@ -20,60 +23,72 @@ from typing import Any
 
 import torch
 
-__all__ = ["MasterAdamW", "fp32_weights"]
+__all__ = ["MasterAdamW", "fp32_weights", "make_optimizer"]
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
 class MasterAdamW(torch.optim.AdamW):
-    """AdamW on fp32 masters of the low-precision parameters (see the module docstring)."""
+    """AdamW stepping fp32 masters of the low-precision parameters (see the module docstring)."""
 
-    def _low(self) -> list[torch.nn.Parameter]:
-        return [p for g in self.param_groups for p in g["params"] if p.grad is not None and p.dtype in LOW_PRECISION]
+    def __init__(self, params: Iterable[torch.nn.Parameter], **kwargs: Any) -> None:
+        self.model_params = list(params)
+        self.masters = [p.detach().float().clone() if p.dtype in LOW_PRECISION else p for p in self.model_params]
+        self.master_of = {id(p): m for p, m in zip(self.model_params, self.masters, strict=True)}
+        super().__init__(self.masters, **kwargs)
+
+    def _pairs(self) -> list[tuple[torch.nn.Parameter, torch.Tensor]]:
+        return [(p, m) for p, m in zip(self.model_params, self.masters, strict=True) if m is not p]
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        swapped = []
-        for p in self._low():  # the step sees the fp32 master and an fp32 gradient
-            low, grad = p.data, p.grad
-            master = self.state[p].get("master")
-            if master is None:
-                master = low.float()
-            p.grad = None
-            p.data = master
-            p.grad = grad.float()
-            swapped.append((p, low, grad))
-        try:
-            loss = super().step(closure)
-        finally:
-            for p, low, grad in swapped:
-                master = p.data
-                p.grad = None
-                p.data = low
-                p.grad = grad
-                low.copy_(master)  # rounded to the parameter's dtype, in its own storage
-                self.state[p]["master"] = master
+        for p, master in self._pairs():  # upcast gradients onto the masters
+            master.grad = None if p.grad is None else p.grad.float()
+        loss = super().step(closure)
+        for p, master in self._pairs():
+            p.copy_(master)  # rounded to the parameter's dtype, in its own storage
         return loss
 
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        super().zero_grad(set_to_none)
+        for p, _ in self._pairs():
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
+    def state_dict(self) -> dict[str, Any]:
+        out = super().state_dict()
+        state = {k: dict(v) for k, v in out["state"].items()}
+        for index, (p, master) in enumerate(zip(self.model_params, self.masters, strict=True)):
+            if master is not p:
+                state.setdefault(index, {})["master"] = master
+        return {**out, "state": state}
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """torch casts state tensors to each parameter's dtype on load: keep masters and moments fp32."""
-        saved = state_dict["state"]
-        super().load_state_dict(state_dict)
-        params = [p for g in self.param_groups for p in g["params"]]
-        for pid, entry in saved.items():
-            p = params[int(pid)]
-            if p.dtype not in LOW_PRECISION:
-                continue
-            for key, value in entry.items():
-                if key != "step" and isinstance(value, torch.Tensor) and value.is_floating_point():
-                    self.state[p][key] = value.to(device=p.device, dtype=torch.float32)
+        state, masters = {}, {}
+        for index, entry in state_dict["state"].items():
+            entry = dict(entry)
+            if "master" in entry:
+                masters[int(index)] = entry.pop("master")
+            if entry:
+                state[index] = entry
+        super().load_state_dict({**state_dict, "state": state})
+        with torch.no_grad():
+            for index, value in masters.items():
+                self.masters[index].copy_(value)
+
+
+def make_optimizer(params: Iterable[torch.nn.Parameter], accelerator: Any, **kwargs: Any) -> torch.optim.Optimizer:
+    """:class:`MasterAdamW` on one process and under DDP; torch's AdamW under FSDP or DeepSpeed (their own
+    mixed precision keeps fp32 weights, and accelerate remaps the optimizer onto their parameters)."""
+    if str(getattr(accelerator, "distributed_type", "")).endswith(("FSDP", "DEEPSPEED")):
+        return torch.optim.AdamW(params, **kwargs)
+    return MasterAdamW(params, **kwargs)
 
 
 def fp32_weights(optimizer: Any, params: Iterable[torch.nn.Parameter]) -> list[torch.Tensor]:
     """The fp32 values training holds for ``params``: the master where there is one, else the parameter."""
     optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer wraps it
-    out = []
-    for p in params:
-        master = optimizer.state.get(p, {}).get("master")
-        out.append((master if master is not None else p).detach().float())
-    return out
+    masters = getattr(optimizer, "master_of", {})
+    return [masters.get(id(p), p).detach().float() for p in params]

@@ -12,7 +12,15 @@ import torch
 
 from trainers.config import SpyRLConfig
 
-__all__ = ["DDP_TYPES", "all_reduce", "check_sharding", "mean_over_processes", "process_metrics", "sharding"]
+__all__ = [
+    "DDP_TYPES",
+    "all_reduce",
+    "check_sharding",
+    "documents_share",
+    "mean_over_processes",
+    "process_metrics",
+    "sharding",
+]
 
 DDP_TYPES = ("MULTI_GPU", "MULTI_CPU", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU", "MULTI_HPU")  # no_sync is safe there
 
@@ -23,6 +31,18 @@ def all_reduce(accelerator: Any, values: Sequence[float], op: str = "sum") -> li
         return list(values)
     tensor = torch.tensor(list(values), dtype=torch.float64, device=accelerator.device)
     return accelerator.reduce(tensor, reduction=op).tolist()
+
+
+def documents_share(config: SpyRLConfig, num_processes: int) -> int:
+    """The documents one process plays each iteration: ``documents_per_iteration`` is the global batch
+    (verl's ``train_batch_size``), split evenly over the processes; raises ``ValueError`` naming the field
+    when it does not divide."""
+    if config.documents_per_iteration % num_processes:
+        raise ValueError(
+            f"SpyRLConfig.documents_per_iteration ({config.documents_per_iteration}) must be a multiple of the "
+            f"number of processes ({num_processes}): it is the global batch, split evenly"
+        )
+    return config.documents_per_iteration // num_processes
 
 
 def mean_over_processes(accelerator: Any, game: Mapping[str, float]) -> dict[str, float]:

@@ -25,12 +25,13 @@ __all__ = ["MicroBatch", "TrainingSamples", "UpdateTotals", "micro_loss", "micro
 LogpsFn = Callable[[list[list[int]], list[list[int]], list[Choice | None]], tuple[torch.Tensor, list]]
 
 
-def mini_batch_size(config: SpyRLConfig, samples: int) -> int:
-    """Samples per optimizer step when an iteration trains on ``samples`` rows.
+def mini_batch_size(config: SpyRLConfig, samples: int, num_processes: int = 1) -> int:
+    """Samples per optimizer step on one process when it trains on ``samples`` rows this iteration.
 
     ``updates_per_iteration`` k > 0: ``ceil(samples / k)``. ``mini_batch_unit="documents"`` (verl's
     prompt-counted ``ppo_mini_batch_size``): ``ceil(documents_per_iteration / mini_batch_size)``
-    updates, so 128 documents of 128 make one. Else ``mini_batch_size`` samples.
+    updates (both global counts), so 128 documents of 128 make one. Else ``mini_batch_size`` samples
+    over all processes, so ``mini_batch_size / num_processes`` on each.
 
     >>> mini_batch_size(SpyRLConfig(mini_batch_unit="documents"), 5120), mini_batch_size(SpyRLConfig(), 5120)
     (5120, 128)
@@ -40,7 +41,7 @@ def mini_batch_size(config: SpyRLConfig, samples: int) -> int:
         updates = -(-config.documents_per_iteration // config.mini_batch_size)
     if updates:
         return max(1, -(-samples // updates))
-    return config.mini_batch_size
+    return max(1, config.mini_batch_size // num_processes)
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,12 @@ def _choice_terms(
         old = batch.old_choices[k] if batch.old_choices and batch.old_choices[k] is not None else logq.detach()
         losses.append(
             choice_loss(
-                logq, old.to(logq), coefficients.to(logq), vote_gradient, batch.loss.epsilon_low, batch.loss.epsilon_high
+                logq,
+                old.to(logq),
+                coefficients.to(logq),
+                vote_gradient,
+                batch.loss.epsilon_low,
+                batch.loss.epsilon_high,
             )
         )
         at[k, choice.step] = 1.0

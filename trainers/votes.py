@@ -72,7 +72,9 @@ class ForwardVotes:
         size = self.learner.batch_size
         for start in range(0, len(votes), size):
             chunk = votes[start : start + size]
-            for (i, _, _), action in zip(chunk, self._votes([p for _, p, _ in chunk], [g for *_, g in chunk])):
+            for (i, _, _), action in zip(
+                chunk, self._votes([p for _, p, _ in chunk], [g for *_, g in chunk]), strict=True
+            ):
                 out[i] = action
         return out  # type: ignore[return-value]
 
@@ -119,7 +121,13 @@ class ForwardVotes:
         return actions
 
     def _action(
-        self, prompt: list[int], program: VoteProgram, raw: torch.Tensor, names: list[str], tokens: list[int], taken: int
+        self,
+        prompt: list[int],
+        program: VoteProgram,
+        raw: torch.Tensor,
+        names: list[str],
+        tokens: list[int],
+        taken: int,
     ) -> Action:
         prefix, eos = program.prefix, program.eos
         completion = [*prefix, tokens[taken], *program.suffix, eos]
@@ -160,7 +168,9 @@ def retained_logps(
     :func:`trainers.logprobs.sequence_logps` returns them (only the choice token carries a log-prob:
     the others are forced and never scored); None when a row has no retained choice (the update then
     runs its own forward)."""
-    found = [policy.choice_logps(row) if choice is not None else None for row, choice in zip(rows, choices, strict=True)]
+    found = [
+        policy.choice_logps(row) if choice is not None else None for row, choice in zip(rows, choices, strict=True)
+    ]
     if any(x is None for x in found):
         return None
     width = max(len(c) for c in completions)
