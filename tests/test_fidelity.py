@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
+import spy_env  # noqa: E402
 from spy_env.metrics import game_metrics  # noqa: E402
 from spy_env.rewards import detection_rewards, performing_rewards, votes_received  # noqa: E402
 from trainers.algorithm import RAEBaselines, StageController  # noqa: E402
@@ -26,7 +27,10 @@ PAPER = "qwen3-4b-paper"
 
 def fake_trainer(config: SpyRLConfig) -> types.SimpleNamespace:
     """What ``SpyRLTrainer.select_samples`` and ``mini_batch_size`` read, without a model."""
-    return types.SimpleNamespace(config=config, distributed=False, rae=RAEBaselines(alpha=config.rae_alpha))
+    accelerator = types.SimpleNamespace(num_processes=1)
+    return types.SimpleNamespace(
+        config=config, distributed=False, accelerator=accelerator, rae=RAEBaselines(alpha=config.rae_alpha)
+    )
 
 
 def game_rows(game_id, votes, spy, *, config=None, penalties=None, group_id=None, prompt=None):
@@ -317,3 +321,31 @@ def test_a_vote_is_one_decision_with_one_weight_whatever_its_length(loss_type):
     assert half.loss.item() == pytest.approx(-0.5)
     assert loss_items([torch.ones(10), torch.ones(2), torch.zeros(3)], "action") == 2
     assert loss_items([torch.ones(10), torch.ones(2)], "token") == 12
+
+
+def test_truncation_keeps_the_last_vote_tag_and_the_boxed_answer():
+    """A reply over the character limit is cut from the middle: a long vote keeps its final <vote> (no N/A,
+    no invalid-vote penalty, only overlength), a long performance its final \\boxed{} answer."""
+    from tests.helpers import GOOD, play_scripted
+
+    env = spy_env.parallel_env(max_vote_chars=200, max_performance_chars=300)
+    long_vote = "<vote>1</vote> on second thought " + "reasoning " * 100 + "<vote>3</vote>"
+    long_performance = "Problem: $2+3$. " + "step " * 200 + "so $\\boxed{5}$"
+    performances = [GOOD, long_performance, GOOD, GOOD, GOOD]
+    [(_, _, infos)] = play_scripted(env, [(performances, [long_vote] * 5)], spy_seat=2)
+    log = env.game.log[0]
+    votes = log.votes  # by seat
+    assert votes[0].target == 2 and votes[0].violations == ("overlength",)
+    assert len(votes[0].text) == 200 and votes[0].text.endswith("<vote>3</vote>")
+    assert log.performances[1].answer == "5" and len(log.performances[1].text) == 300
+    assert log.performances[1].violations == ("overlength",)
+
+
+def test_character_limits_follow_the_token_budget():
+    """The paper preset's 4096-token replies are never cut by characters (8 per token); small budgets keep
+    the environment's defaults, and an explicit game.max_vote_chars wins."""
+    game = SpyRLConfig.preset(PAPER).game_config()
+    assert game.max_vote_chars >= 8 * 4096 and game.max_performance_chars >= 8 * 4096
+    small = SpyRLConfig.preset("cpu-smoke").game_config()
+    assert (small.max_vote_chars, small.max_performance_chars) == (4000, 8000)
+    assert SpyRLConfig.preset(PAPER, game={"max_vote_chars": 500}).game_config().max_vote_chars == 500

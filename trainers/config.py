@@ -30,7 +30,10 @@ from spy_env.config import coerce_floats
 from trainers.presets import PRESETS
 from trainers.validation import KL_ESTIMATORS, LOSS_TYPES, SCHEDULES, validate
 
-__all__ = ["SpyRLConfig"]
+__all__ = ["CHARS_PER_TOKEN", "SpyRLConfig"]
+
+CHARS_PER_TOKEN = 8  # above the characters of almost any BPE token of text (~4 on average)
+CHAR_LIMITS = {"max_vote_chars": 4_000, "max_performance_chars": 8_000}  # GameConfig's defaults
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -216,7 +219,9 @@ class SpyRLConfig:
     def game_config(self):
         from spy_env.config import GameConfig
 
-        values = {"train_spy_vote": self.train_spy_vote, **dict(self.game)}
+        # character limits follow the token budget (CHARS_PER_TOKEN each): a reply the model may write is not cut
+        budget = {k: max(v, CHARS_PER_TOKEN * self.max_completion_tokens) for k, v in CHAR_LIMITS.items()}
+        values = {"train_spy_vote": self.train_spy_vote, **budget, **dict(self.game)}
         return GameConfig.from_dict(values)
 
     def to_dict(self) -> dict[str, Any]:
