@@ -332,7 +332,7 @@ def test_truncation_keeps_the_last_vote_tag_and_the_boxed_answer():
     long_vote = "<vote>1</vote> on second thought " + "reasoning " * 100 + "<vote>3</vote>"
     long_performance = "Problem: $2+3$. " + "step " * 200 + "so $\\boxed{5}$"
     performances = [GOOD, long_performance, GOOD, GOOD, GOOD]
-    [(_, _, infos)] = play_scripted(env, [(performances, [long_vote] * 5)], spy_seat=2)
+    play_scripted(env, [(performances, [long_vote] * 5)], spy_seat=2)
     log = env.game.log[0]
     votes = log.votes  # by seat
     assert votes[0].target == 2 and votes[0].violations == ("overlength",)
@@ -349,3 +349,10 @@ def test_character_limits_follow_the_token_budget():
     small = SpyRLConfig.preset("cpu-smoke").game_config()
     assert (small.max_vote_chars, small.max_performance_chars) == (4000, 8000)
     assert SpyRLConfig.preset(PAPER, game={"max_vote_chars": 500}).game_config().max_vote_chars == 500
+
+
+def test_a_bracketed_placeholder_override_stays_a_string():
+    """`--set game.mask_placeholder="[…]"` (the documented alternative to silent removal) is the text "[…]",
+    not a YAML list; numbers and booleans of other fields still parse."""
+    config = SpyRLConfig.preset(PAPER).with_overrides(["game.mask_placeholder=[…]", "beta=0.01", "model=[x]"])
+    assert config.game_config().mask_placeholder == "[…]" and config.beta == 0.01 and config.model == "[x]"

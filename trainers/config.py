@@ -288,8 +288,18 @@ class SpyRLConfig:
                 value = yaml.safe_load(raw)
             except yaml.YAMLError as e:
                 raise ValueError(f"override {item!r}: the value is not valid YAML ({getattr(e, 'problem', e)})") from e
+            if _string_field(key) and not isinstance(value, str):
+                value = raw  # a str field keeps its text: game.mask_placeholder=[…] is not a YAML list
             if key.startswith("game."):
                 values["game"] = {**values["game"], key[5:]: value}
             else:
                 values[key] = value
         return SpyRLConfig.from_dict(values)
+
+
+def _string_field(key: str) -> bool:
+    """Whether ``key`` (``name`` or ``game.name``) names a ``str`` field of SpyRLConfig or GameConfig."""
+    from spy_env.config import GameConfig
+
+    cls, name = (GameConfig, key[5:]) if key.startswith("game.") else (SpyRLConfig, key)
+    return any(f.name == name and f.type in ("str", str) for f in fields(cls))
