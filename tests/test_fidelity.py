@@ -73,6 +73,8 @@ def test_paper_preset_makes_one_update_per_iteration():
     assert SpyRLTrainer.mini_batch_size(fake_trainer(SpyRLConfig(mini_batch_size=128)), 5120) == 128
     halves = SpyRLConfig(mini_batch_size=64, mini_batch_unit="documents", micro_batch_size=5)
     assert SpyRLTrainer.mini_batch_size(fake_trainer(halves), 5120) == 2560
+    uneven = SpyRLConfig(documents_per_iteration=100, mini_batch_size=64, mini_batch_unit="documents")
+    assert SpyRLTrainer.mini_batch_size(fake_trainer(uneven), 500) == 250  # ceil(100 / 64) = 2 updates
 
 
 # ---------------------------------------------------------------------- finding 2: corpus
@@ -147,6 +149,15 @@ def test_paper_preset_trains_the_spys_vote_inside_the_detection_group():
     rows = game_rows(0, [4, 4, 4, 1, 4], spy=4, config=paper)
     adv = advantages_by(SpyRLTrainer.select_samples(fake_trainer(paper), rows, "detect")[0])
     assert adv[4] > 0 and adv[3] < 0
+    # each flag alone: an untrained spy's vote still joins the group (spy_vote_in_group) without training
+    untrained = SpyRLConfig.preset(PAPER, train_spy_vote=False)
+    rows = game_rows(0, [4, 4, 4, 4, 1], spy=4, config=untrained)
+    adv = advantages_by(SpyRLTrainer.select_samples(fake_trainer(untrained), rows, "detect")[0])
+    assert sorted(adv) == [0, 1, 2, 3] and all(adv[s] == pytest.approx(0.2 / (0.4 + 1e-4)) for s in range(4))
+    civilians_only = SpyRLConfig.preset(PAPER, train_spy_vote=False, spy_vote_in_group=False)
+    rows = game_rows(0, [4, 4, 4, 4, 1], spy=4, config=civilians_only)
+    adv = advantages_by(SpyRLTrainer.select_samples(fake_trainer(civilians_only), rows, "detect")[0])
+    assert sorted(adv) == [0, 1, 2, 3] and all(v == 0.0 for v in adv.values())
 
 
 def test_an_abstaining_untrained_spy_does_not_stall_the_controller():
@@ -295,6 +306,8 @@ def test_paper_preset_plays_each_training_document_once_per_epoch():
     played = [d for step in range(10) for d in epoch_documents(documents, per, step, seed=paper.seed)]
     assert sorted(played[:40]) == sorted(documents) and sorted(played[40:]) == sorted(documents)
     assert epoch_documents(documents, per, 3, seed=0) == epoch_documents(documents, per, 3, seed=0)
+    assert played[:40] != played[40:] and played[:40] != documents  # shuffled, and reshuffled each epoch
+    assert epoch_documents(documents, per, 0, seed=1) != epoch_documents(documents, per, 0, seed=0)  # seeded
 
 
 @pytest.mark.parametrize("loss_type", ["dapo", "grpo", "bnpo", "dr_grpo"])

@@ -207,3 +207,25 @@ def test_heldout_membership_is_pinned():
     """The split itself (salt and hash) is part of the method: a run and its evaluation hold out the same ids."""
     heldout = [i for i in range(200) if is_heldout(f"doc-{i}", 0.2)]
     assert len(heldout) == HELDOUT_COUNT and heldout[:5] == HELDOUT_FIRST
+
+
+def test_detection_reward_is_one_exactly_for_a_vote_on_the_spy():
+    """Eq. 4 over all n voters: r = 1[v = u]; an abstention, an invalid vote or another seat is 0."""
+    from spy_env.rewards import detection_rewards
+
+    assert detection_rewards([2, None, 0, 2, 2], 2) == [1.0, 0.0, 0.0, 1.0, 1.0]  # seat 2 (the spy) names itself
+    assert detection_rewards([None] * 3, 0) == [0.0, 0.0, 0.0]
+
+
+def test_nemotron_spec_streams_config_4plus_and_its_first_rows(monkeypatch):
+    """`nemotron` means Nemotron-CC-Math-v1 config 4plus; the paper preset takes its first 16,000 usable rows."""
+    import spy_env.corpus as corpus
+
+    calls = []
+    monkeypatch.setattr(corpus, "load_hub", lambda path, name, **kw: calls.append((path, name, kw["max_documents"])))
+    corpus.load_corpus("nemotron", max_documents=16000)
+    corpus.load_corpus("nemotron:3")
+    assert calls == [(corpus.NEMOTRON_ID, "4plus", 16000), (corpus.NEMOTRON_ID, "3", 10_000)]
+    stream = iter([{"id": f"d{i}", "text": f"document {i} " + "x" * 200} for i in range(50)])
+    docs, _ = corpus.documents_from_rows(stream, max_documents=5)
+    assert [d.id for d in docs] == ["d0", "d1", "d2", "d3", "d4"]  # the first rows, in stream order

@@ -150,3 +150,55 @@ def test_share_of_the_global_batch_and_mini_batches():
     assert mini_batch_size(SpyRLConfig(mini_batch_size=128), 500, num_processes=2) == 64
     paper = SpyRLConfig.preset("qwen3-4b-paper")
     assert mini_batch_size(paper, 2560, num_processes=2) == 2560  # one update: every row of this process
+
+
+def test_fsdp_and_deepspeed_keep_their_own_mixed_precision():
+    """Under FSDP or DeepSpeed the wrapper holds fp32 weights (accelerate remaps the optimizer onto them):
+    plain AdamW; everywhere else fp32 masters."""
+    import types
+
+    from accelerate.utils import DistributedType
+
+    from trainers.precision import make_optimizer
+
+    layer = torch.nn.Linear(4, 4).to(torch.bfloat16)
+    for kind, expected in [
+        (DistributedType.FSDP, torch.optim.AdamW),
+        (DistributedType.DEEPSPEED, torch.optim.AdamW),
+        (DistributedType.MULTI_CPU, MasterAdamW),
+        (DistributedType.MULTI_GPU, MasterAdamW),
+        (DistributedType.NO, MasterAdamW),
+    ]:
+        optimizer = make_optimizer(layer.parameters(), types.SimpleNamespace(distributed_type=kind), lr=1e-6)
+        assert type(optimizer) is expected, kind
+
+
+def test_a_bf16_checkpoint_keeps_the_fp32_masters(tmp_path):
+    """Resuming a bf16 run restores the fp32 masters (not the bf16-rounded weights) and AdamW's fp32 moments."""
+    config = SpyRLConfig.preset(
+        "cpu-smoke", output_dir=str(tmp_path / "run"), dtype="bfloat16", learning_rate=1e-6, beta=0.0,
+        keep_buffers=False, progress=False, report_to=[], micro_batch_size=16, mini_batch_size=16,
+    )  # fmt: skip
+    trainer = SpyRLTrainer(config)
+    trainer.update(fixed_rows(), "detect")
+    trainer.save_checkpoint()
+    masters = fp32_weights(trainer.optimizer, trainer.unwrapped.parameters())
+    rounded = [p.detach().float() for p in trainer.unwrapped.parameters()]
+    assert any(not torch.equal(m, r) for m, r in zip(masters, rounded, strict=True))  # the masters hold more
+    resumed = SpyRLTrainer(config, resume_from="latest")
+    again = fp32_weights(resumed.optimizer, resumed.unwrapped.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(masters, again, strict=True))
+    moments = [s["exp_avg"] for s in resumed.optimizer.state.values() if "exp_avg" in s]
+    assert moments and all(m.dtype == torch.float32 for m in moments)
+
+
+def test_a_state_without_masters_starts_them_from_the_loaded_weights():
+    layer = torch.nn.Linear(8, 8).to(torch.bfloat16)
+    plain = torch.optim.AdamW(layer.parameters(), lr=1e-3)
+    layer(torch.ones(2, 8, dtype=torch.bfloat16)).sum().backward()
+    plain.step()
+    optimizer = MasterAdamW(layer.parameters(), lr=1e-3)  # masters of the weights as they are now
+    with torch.no_grad():
+        layer.weight.add_(1.0)  # weights loaded from a checkpoint after the optimizer was built
+    optimizer.load_state_dict(plain.state_dict())
+    assert torch.equal(fp32_weights(optimizer, [layer.weight])[0], layer.weight.float())

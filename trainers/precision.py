@@ -74,9 +74,10 @@ class MasterAdamW(torch.optim.AdamW):
             if entry:
                 state[index] = entry
         super().load_state_dict({**state_dict, "state": state})
-        with torch.no_grad():
-            for index, value in masters.items():
-                self.masters[index].copy_(value)
+        with torch.no_grad():  # a state without masters (fp32 run, older checkpoint): the loaded weights
+            for index, (p, master) in enumerate(zip(self.model_params, self.masters, strict=True)):
+                if master is not p:
+                    master.copy_(masters[index] if index in masters else p.float())
 
 
 def make_optimizer(params: Iterable[torch.nn.Parameter], accelerator: Any, **kwargs: Any) -> torch.optim.Optimizer:
