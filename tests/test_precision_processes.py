@@ -141,14 +141,20 @@ def test_documents_per_iteration_is_the_global_batch_on_two_processes(tmp_path):
 
 
 def test_share_of_the_global_batch_and_mini_batches():
-    config = SpyRLConfig(documents_per_iteration=6)
+    """Slices of the global batch: contiguous, disjoint, covering it, as even as they go (128 over 7)."""
+    from trainers.documents import epoch_documents
     from trainers.processes import documents_share
 
-    assert documents_share(config, 1) == 6 and documents_share(config, 3) == 2
-    with pytest.raises(ValueError, match="documents_per_iteration"):
-        documents_share(config, 4)
-    assert mini_batch_size(SpyRLConfig(mini_batch_size=128), 500, num_processes=2) == 64
     paper = SpyRLConfig.preset("qwen3-4b-paper")
+    shares = [documents_share(paper, 7, rank) for rank in range(7)]
+    assert [count for _, count in shares] == [19, 19, 18, 18, 18, 18, 18]
+    assert [start for start, _ in shares] == [0, 19, 38, 56, 74, 92, 110]
+    step = epoch_documents(list(range(300)), 128, 3, seed=0)  # what one process plays at iteration 3
+    assert [d for start, count in shares for d in step[start : start + count]] == step
+    assert documents_share(SpyRLConfig(documents_per_iteration=6), 1) == (0, 6)
+    with pytest.raises(ValueError, match="documents_per_iteration"):
+        documents_share(SpyRLConfig(documents_per_iteration=2), 4)
+    assert mini_batch_size(SpyRLConfig(mini_batch_size=128), 500, num_processes=2) == 64
     assert mini_batch_size(paper, 2560, num_processes=2) == 2560  # one update: every row of this process
 
 

@@ -2,9 +2,8 @@
 
 One iteration (reads top to bottom in :meth:`SpyRLTrainer.train_iteration`):
 
-1. **Rollouts.** The batched runner plays ``documents_per_iteration × games_per_document``
-   games with the current policy in every seat (the ``hf`` backend on the policy itself; vLLM on
-   GPU). The episode buffer is saved per iteration.
+1. **Rollouts.** ``documents_per_iteration × games_per_document`` games over all processes, the
+   current policy in every seat (``hf`` on the policy itself; vLLM on GPU); buffers are saved.
 2. **Samples.** Only the current stage trains: performances in the performing stage, votes in
    the detection stage (the spy's vote only with ``train_spy_vote``).
 3. **Advantages.** Detection: rewards normalised over each game's voters (Eq. 5; the spy's vote
@@ -98,7 +97,7 @@ class SpyRLTrainer:
         self.distributed = self.accelerator.num_processes > 1
         self.rank = self.accelerator.process_index
         processes.check_sharding(config, self.sharding)
-        self.documents_share = processes.documents_share(config, self.accelerator.num_processes)
+        self.documents_share = processes.documents_share(config, self.accelerator.num_processes, self.rank)
         if self.distributed:
             self.model.to(self.accelerator.device)
         self.ref_model = reference_model(config, self.model, self.model_path)
@@ -178,7 +177,7 @@ class SpyRLTrainer:
             game,
             games_per_document=self.config.games_per_document,
             replay_setup=self.config.replay_setup,
-            max_concurrent_games=self.documents_share * self.config.games_per_document,
+            max_concurrent_games=self.documents_share[1] * self.config.games_per_document,
             run_id=f"iter{self.iteration}",
         )
 
@@ -189,17 +188,18 @@ class SpyRLTrainer:
         if isinstance(self.policy, ForwardVotes):  # keep the votes' graphs when they feed a one-step update
             self.policy.keep_graphs = self.controller.training_stage is Stage.VOTE and one_update(c, self.distributed)
         self.model.eval()
-        games = self.documents_share * c.games_per_document  # documents_per_iteration is the global batch
-        step = self.iteration * self.accelerator.num_processes + self.rank  # this process's share of the run
+        start, share = self.documents_share  # documents_per_iteration is the global batch: this process's slice
+        games = share * c.games_per_document
         documents = self.train_documents
         if c.document_order == "epoch":
-            documents = epoch_documents(documents, self.documents_share, step, c.seed)
+            documents = epoch_documents(documents, c.documents_per_iteration, self.iteration, c.seed)
+            documents = documents[start : start + share]
         return self._runner(documents).run(
             [self.seat_policy] * self.game_config.n_players,
             games,
             seed=seed_for(c.seed, self.iteration, SeedStream.GAMES, self.rank),
             policy_version=self.iteration,
-            first_game_id=step * games,
+            first_game_id=(self.iteration * c.documents_per_iteration + start) * c.games_per_document,
         )
 
     def save_buffer(self, buffer: EpisodeBuffer) -> None:
