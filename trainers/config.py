@@ -288,7 +288,7 @@ class SpyRLConfig:
                 value = yaml.safe_load(raw)
             except yaml.YAMLError as e:
                 raise ValueError(f"override {item!r}: the value is not valid YAML ({getattr(e, 'problem', e)})") from e
-            if _string_field(key) and not isinstance(value, str):
+            if _string_field(key) and isinstance(value, list) and all(isinstance(v, str) for v in value):
                 value = raw  # a str field keeps its text: game.mask_placeholder=[…] is not a YAML list
             if key.startswith("game."):
                 values["game"] = {**values["game"], key[5:]: value}
