@@ -123,14 +123,15 @@ def fsdp_worker(spec: dict) -> dict:
     from transformers import AutoModelForCausalLM
 
     from trainers.logprobs import sequence_logps
-    from trainers.loss import clipped_policy_loss
+    from trainers.loss import LossConfig, clipped_policy_loss
+    from trainers.precision import make_optimizer
 
     accelerator = Accelerator(cpu=spec["cpu"])
     device = accelerator.device
     model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.bfloat16)
     if not spec["cpu"]:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    optimizer = make_optimizer(model.parameters(), accelerator, lr=1e-5)  # the trainer's: fp32 masters unless FSDP
     model, optimizer = accelerator.prepare(model, optimizer)
     rows = json.loads(Path(spec["rows"]).read_text())
     peak_memory_gb(reset=True)
@@ -141,7 +142,8 @@ def fsdp_worker(spec: dict) -> dict:
             model, [r["prompt_token_ids"] for r in micro], [r["completion_token_ids"] for r in micro], 0
         )
         advantages = torch.tensor([r["advantage"] for r in micro], device=logps.device)
-        out = clipped_policy_loss(logps, logps.detach(), advantages, mask, level="action", loss_type="dapo")
+        loss_config = LossConfig(level="action", loss_type="dapo")
+        out = clipped_policy_loss(logps, logps.detach(), advantages, mask, loss_config)
         accelerator.backward(out.loss)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

@@ -9,6 +9,8 @@ Sources accepted by :func:`load_corpus`:
 - ``"embedded"``: 80 original documents shipped with the package (17 topics).
 - ``"nemotron"`` / ``"nemotron:4plus"``: ``nvidia/Nemotron-CC-Math-v1`` streamed with
   ``datasets`` (configs ``3``, ``4plus``, ``4plus_MIND``; gated, needs ``HF_TOKEN``).
+- ``"govreport[:SPLIT]"`` / ``"writingprompts[:SPLIT]"``: the paper's summarisation and creative
+  writing sources, streamed (:mod:`spy_env.task_corpora`).
 - ``"hf:ID[:CONFIG]"``: any hub data set with a ``text`` column, streamed.
 - a path to a ``.parquet``, ``.jsonl``/``.json`` file or a folder of them.
 """
@@ -377,6 +379,11 @@ def load_corpus(
     if source == "nemotron" or source.startswith("nemotron:"):
         config = source.partition(":")[2] or "4plus"
         return load_hub(NEMOTRON_ID, config, filt=filt, max_documents=hub_limit)
+    if source.partition(":")[0] in ("govreport", "writingprompts"):  # the paper's other tasks' corpora
+        from spy_env.task_corpora import load_task_corpus
+
+        name, _, split = source.partition(":")
+        return load_task_corpus(name, filt, split=split or "train", max_documents=hub_limit)
     if source.startswith("hf:"):
         hub_id, _, config = source[3:].partition(":")
         return load_hub(hub_id, config or None, filt=filt, max_documents=hub_limit)

@@ -12,6 +12,7 @@ Junk input never raises: it is recorded as a violation with its penalty.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,7 @@ from spy_env import rewards
 from spy_env.config import GameConfig
 from spy_env.corpus import Document
 from spy_env.degrade import Degraded
-from spy_env.parsing import clean_text, copied_run, last_boxed, parse_vote, strip_think
+from spy_env.parsing import clean_text, copied_run, last_boxed, last_vote_tag, parse_vote, strip_think
 from spy_env.stage import Stage
 from spy_env.tasks import Task
 
@@ -160,16 +161,20 @@ class Game:
             return None
         return self._resolve()
 
-    def _truncate(self, text: str, limit: int, violations: list[str]) -> str:
+    def _truncate(self, text: str, limit: int, violations: list[str], keep: Callable[[str], int]) -> str:
+        """``text`` cut to ``limit`` characters (flagged ``overlength``), keeping what counts: the tail from
+        ``keep(text)`` (the last ``<vote>`` tag, the last ``\\boxed{``) when it fits, cut from the middle."""
         text = clean_text(text)
         if len(text) > limit:
             violations.append("overlength")
-            text = text[:limit]
+            start = keep(text)
+            tail = text[start:] if start >= 0 else ""
+            text = text[: limit - len(tail)] + tail if 0 < len(tail) <= limit // 2 else text[:limit]
         return text
 
     def _performance(self, seat: int, action: str, violations: list[str]) -> Performance:
         cfg = self.config
-        text = self._truncate(action, cfg.max_performance_chars, violations)
+        text = self._truncate(action, cfg.max_performance_chars, violations, lambda t: t.rfind("\\boxed"))
         shown = strip_think(text)
         answer = last_boxed(shown)
         penalty = 0.0
@@ -187,7 +192,7 @@ class Game:
 
     def _vote(self, seat: int, action: str, violations: list[str]) -> Vote:
         cfg = self.config
-        text = self._truncate(action, cfg.max_vote_chars, violations)
+        text = self._truncate(action, cfg.max_vote_chars, violations, last_vote_tag)
         parsed = parse_vote(text, self.n_players)
         target, invalid = parsed.target, parsed.violation
         if target is not None and not self.alive[target]:

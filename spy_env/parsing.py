@@ -14,6 +14,7 @@ __all__ = [
     "clean_text",
     "copied_run",
     "last_boxed",
+    "last_vote_tag",
     "parse_vote",
     "shingles",
     "strip_think",
@@ -151,6 +152,18 @@ def parse_vote(text: str, n_players: int) -> VoteParse:
     if not 1 <= k <= n_players:
         return VoteParse(None, True, "out_of_range_vote")
     return VoteParse(k - 1, False, None)
+
+
+def last_vote_tag(text: str) -> int:
+    """Where the last complete ``<vote>…</vote>`` of ``text`` starts, or -1 (truncation keeps it).
+
+    >>> last_vote_tag("<vote>1</vote> no, <vote>2</vote>"), last_vote_tag("none")
+    (19, -1)
+    """
+    start = -1
+    for match in _VOTE_TAG.finditer(text):
+        start = match.start()
+    return start
 
 
 def vote_reasoning(text: str) -> str:

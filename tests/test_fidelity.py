@@ -3,7 +3,9 @@ regime read through verl, and each of the seven findings of the independent revi
 
 from __future__ import annotations
 
+import math
 import types
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,20 +14,24 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
+import spy_env  # noqa: E402
 from spy_env.metrics import game_metrics  # noqa: E402
 from spy_env.rewards import detection_rewards, performing_rewards, votes_received  # noqa: E402
 from spy_env.stage import Stage  # noqa: E402
 from trainers.algorithm import RAEBaselines, StageController  # noqa: E402
 from trainers.config import SpyRLConfig  # noqa: E402
 from trainers.grpo import SpyRLTrainer  # noqa: E402
-from trainers.loss import clipped_policy_loss  # noqa: E402
+from trainers.loss import LossConfig, LossScale, clipped_policy_loss, loss_items  # noqa: E402
 
 PAPER = "qwen3-4b-paper"
 
 
 def fake_trainer(config: SpyRLConfig) -> types.SimpleNamespace:
     """What ``SpyRLTrainer.select_samples`` and ``mini_batch_size`` read, without a model."""
-    return types.SimpleNamespace(config=config, distributed=False, rae=RAEBaselines(alpha=config.rae_alpha))
+    accelerator = types.SimpleNamespace(num_processes=1)
+    return types.SimpleNamespace(
+        config=config, distributed=False, accelerator=accelerator, rae=RAEBaselines(alpha=config.rae_alpha)
+    )
 
 
 def game_rows(game_id, votes, spy, *, config=None, penalties=None, group_id=None, prompt=None):
@@ -68,6 +74,8 @@ def test_paper_preset_makes_one_update_per_iteration():
     assert SpyRLTrainer.mini_batch_size(fake_trainer(SpyRLConfig(mini_batch_size=128)), 5120) == 128
     halves = SpyRLConfig(mini_batch_size=64, mini_batch_unit="documents", micro_batch_size=5)
     assert SpyRLTrainer.mini_batch_size(fake_trainer(halves), 5120) == 2560
+    uneven = SpyRLConfig(documents_per_iteration=100, mini_batch_size=64, mini_batch_unit="documents")
+    assert SpyRLTrainer.mini_batch_size(fake_trainer(uneven), 500) == 250  # ceil(100 / 64) = 2 updates
 
 
 # ---------------------------------------------------------------------- finding 2: corpus
@@ -142,6 +150,15 @@ def test_paper_preset_trains_the_spys_vote_inside_the_detection_group():
     rows = game_rows(0, [4, 4, 4, 1, 4], spy=4, config=paper)
     adv = advantages_by(SpyRLTrainer.select_samples(fake_trainer(paper), rows, "detect")[0])
     assert adv[4] > 0 and adv[3] < 0
+    # each flag alone: an untrained spy's vote still joins the group (spy_vote_in_group) without training
+    untrained = SpyRLConfig.preset(PAPER, train_spy_vote=False)
+    rows = game_rows(0, [4, 4, 4, 4, 1], spy=4, config=untrained)
+    adv = advantages_by(SpyRLTrainer.select_samples(fake_trainer(untrained), rows, "detect")[0])
+    assert sorted(adv) == [0, 1, 2, 3] and all(adv[s] == pytest.approx(0.2 / (0.4 + 1e-4)) for s in range(4))
+    civilians_only = SpyRLConfig.preset(PAPER, train_spy_vote=False, spy_vote_in_group=False)
+    rows = game_rows(0, [4, 4, 4, 4, 1], spy=4, config=civilians_only)
+    adv = advantages_by(SpyRLTrainer.select_samples(fake_trainer(civilians_only), rows, "detect")[0])
+    assert sorted(adv) == [0, 1, 2, 3] and all(v == 0.0 for v in adv.values())
 
 
 def test_an_abstaining_untrained_spy_does_not_stall_the_controller():
@@ -170,13 +187,13 @@ def test_low_var_kl_is_clamped_and_not_ratio_weighted():
     old = torch.tensor([[-7.0, -1.2, -0.5]])  # ratios e^-1, e^0.2, 1
     ref = torch.tensor([[-1.0, -1.1, -0.4]])  # ref − logp = 7 (k3 ≈ 1089, clamped to 10), −0.1, 0.1
     mask = torch.ones(1, 3)
-    kwargs = dict(level="token", loss_type="dapo", beta=1.0, epsilon_low=0.2, epsilon_high=0.2)
-    out = clipped_policy_loss(logps, old, torch.zeros(1), mask, ref_logps=ref, kl_estimator="low_var_kl", **kwargs)
+    config = LossConfig(level="token", loss_type="dapo", beta=1.0, kl_estimator="low_var_kl")
+    out = clipped_policy_loss(logps, old, torch.zeros(1), mask, config, ref_logps=ref)
     delta = (ref - logps).detach()
     expected = (torch.exp(delta) - delta - 1).clamp(max=10.0)
     assert out.kl == pytest.approx(expected.mean().item(), rel=1e-6)
     assert out.loss.item() == pytest.approx(expected.mean().item(), rel=1e-6)  # A = 0: only the KL term
-    k3 = clipped_policy_loss(logps, old, torch.zeros(1), mask, ref_logps=ref, kl_estimator="k3", **kwargs)
+    k3 = clipped_policy_loss(logps, old, torch.zeros(1), mask, replace(config, kl_estimator="k3"), ref_logps=ref)
     assert k3.kl == pytest.approx(((torch.exp(delta) - delta - 1) * torch.exp(logps - old).detach()).mean().item())
     assert k3.kl > 100  # TRL's form: unclamped, weighted by the ratio
     with pytest.raises(ValueError, match="kl_estimator"):
@@ -290,6 +307,8 @@ def test_paper_preset_plays_each_training_document_once_per_epoch():
     played = [d for step in range(10) for d in epoch_documents(documents, per, step, seed=paper.seed)]
     assert sorted(played[:40]) == sorted(documents) and sorted(played[40:]) == sorted(documents)
     assert epoch_documents(documents, per, 3, seed=0) == epoch_documents(documents, per, 3, seed=0)
+    assert played[:40] != played[40:] and played[:40] != documents  # shuffled, and reshuffled each epoch
+    assert epoch_documents(documents, per, 0, seed=1) != epoch_documents(documents, per, 0, seed=0)  # seeded
 
 
 def test_samples_pair_rows_with_advantages_without_writing_into_the_buffer():
@@ -310,3 +329,64 @@ def test_samples_pair_rows_with_advantages_without_writing_into_the_buffer():
     assert all(s.choice_advantages is not None and len(s.choice_advantages) == 3 for s in samples)
     with pytest.raises(dataclasses.FrozenInstanceError):
         samples[0].advantage = 1.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "bnpo", "dr_grpo"])
+def test_a_vote_is_one_decision_with_one_weight_whatever_its_length(loss_type):
+    """Two votes, 10 and 2 tokens, same advantage and ratio: each vote's summed log-prob gets the same
+    gradient (no hidden length weighting), and the KL enters as β per vote (β × its summed k3), not β/T."""
+    beta = 0.3
+    mask = torch.zeros(2, 10)
+    mask[0, :] = 1
+    mask[1, :2] = 1
+    logps = torch.full((2, 10), -1.0, requires_grad=True)
+    old = logps.detach().clone()
+    config = LossConfig(level="action", loss_type=loss_type, beta=0.0)
+    out = clipped_policy_loss(logps, old, torch.tensor([1.0, 1.0]), mask, config)
+    (grad,) = torch.autograd.grad(out.loss, logps)
+    assert grad[0, 0].item() == pytest.approx(grad[1, 0].item()) == pytest.approx(-0.5)  # -A / (2 votes)
+    assert out.loss.item() == pytest.approx(-1.0)  # the mean of the two votes' -A
+    ref = old - 0.5  # k3 = exp(-0.5) + 0.5 - 1 per token
+    k3 = math.exp(-0.5) - 0.5
+    with_kl = clipped_policy_loss(logps, old, torch.zeros(2), mask, replace(config, beta=beta), ref_logps=ref)
+    assert with_kl.loss.item() == pytest.approx(beta * (10 * k3 + 2 * k3) / 2, rel=1e-5)
+    dapo = LossConfig(level="action", loss_type="dapo")  # dapo's mini-batch denominator counts decisions
+    half = clipped_policy_loss(logps, old, torch.tensor([1.0, 1.0]), mask, dapo, scale=LossScale(4))
+    assert half.loss.item() == pytest.approx(-0.5)
+    assert loss_items([torch.ones(10), torch.ones(2), torch.zeros(3)], "action") == 2
+    assert loss_items([torch.ones(10), torch.ones(2)], "token") == 12
+
+
+def test_truncation_keeps_the_last_vote_tag_and_the_boxed_answer():
+    """A reply over the character limit is cut from the middle: a long vote keeps its final <vote> (no N/A,
+    no invalid-vote penalty, only overlength), a long performance its final \\boxed{} answer."""
+    from tests.helpers import GOOD, play_scripted
+
+    env = spy_env.parallel_env(max_vote_chars=200, max_performance_chars=300)
+    long_vote = "<vote>1</vote> on second thought " + "reasoning " * 100 + "<vote>3</vote>"
+    long_performance = "Problem: $2+3$. " + "step " * 200 + "so $\\boxed{5}$"
+    performances = [GOOD, long_performance, GOOD, GOOD, GOOD]
+    play_scripted(env, [(performances, [long_vote] * 5)], spy_seat=2)
+    log = env.game.log[0]
+    votes = log.votes  # by seat
+    assert votes[0].target == 2 and votes[0].violations == ("overlength",)
+    assert len(votes[0].text) == 200 and votes[0].text.endswith("<vote>3</vote>")
+    assert log.performances[1].answer == "5" and len(log.performances[1].text) == 300
+    assert log.performances[1].violations == ("overlength",)
+
+
+def test_character_limits_follow_the_token_budget():
+    """The paper preset's 4096-token replies are never cut by characters (8 per token); small budgets keep
+    the environment's defaults, and an explicit game.max_vote_chars wins."""
+    game = SpyRLConfig.preset(PAPER).game_config()
+    assert game.max_vote_chars >= 8 * 4096 and game.max_performance_chars >= 8 * 4096
+    small = SpyRLConfig.preset("cpu-smoke").game_config()
+    assert (small.max_vote_chars, small.max_performance_chars) == (4000, 8000)
+    assert SpyRLConfig.preset(PAPER, game={"max_vote_chars": 500}).game_config().max_vote_chars == 500
+
+
+def test_a_bracketed_placeholder_override_stays_a_string():
+    """`--set game.mask_placeholder="[…]"` (the documented alternative to silent removal) is the text "[…]",
+    not a YAML list; numbers and booleans of other fields still parse."""
+    config = SpyRLConfig.preset(PAPER).with_overrides(["game.mask_placeholder=[…]", "beta=0.01", "model=[x]"])
+    assert config.game_config().mask_placeholder == "[…]" and config.beta == 0.01 and config.model == "[x]"

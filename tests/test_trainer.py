@@ -201,7 +201,7 @@ def test_two_processes_with_ddp_on_cpu_and_resume(tmp_path):
     launch(straight, "--set", "iterations=3")
     rows = read_metrics(straight)
     assert [r["iteration"] for r in rows] == [1, 2, 3]
-    assert all(r["dist/num_processes"] == 2 and r["env/games"] == 32 for r in rows)
+    assert all(r["dist/num_processes"] == 2 and r["env/games"] == 16 for r in rows)  # the global batch
     assert all(r["dist/param_sync_error"] == 0.0 for r in rows)
     assert len(list((straight / "buffers").glob("iter_00000.rank*.parquet"))) == 2
     assert (straight / "checkpoints" / "latest").read_text() == "iter_00003"

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from spy_env.stage import Stage  # noqa: E402
 from trainers.algorithm import RAEBaselines, StageController, group_normalized_advantages  # noqa: E402
 from trainers.config import SpyRLConfig  # noqa: E402
-from trainers.loss import clipped_policy_loss  # noqa: E402
+from trainers.loss import LossConfig, LossScale, clipped_policy_loss  # noqa: E402
 
 
 def fixed_inputs(seed=0, B=4, T=6):
@@ -31,7 +31,8 @@ def fixed_inputs(seed=0, B=4, T=6):
 
 
 def reference_loss(logps, old, ref, adv, mask, level, loss_type, eps_lo, eps_hi, beta, L=None, G=1):
-    """The formulas written out per sample and token with plain Python loops."""
+    """The formulas written out per sample and token with plain Python loops. ``action``: one term per
+    sequence (its surrogate once, plus β times the sum of its tokens' k3), averaged over sequences."""
     B, T = logps.shape
     total = 0.0 * logps.sum()
     per_seq = []
@@ -51,8 +52,12 @@ def reference_loss(logps, old, ref, adv, mask, level, loss_type, eps_lo, eps_hi,
             surrogate = torch.min(w[t] * adv[i], torch.clamp(w[t], 1 - eps_lo, 1 + eps_hi) * adv[i])
             d = ref[i, t] - logps[i, t]
             k3 = (torch.exp(d) - d - 1) * w[t]
-            seq = seq + (-surrogate + beta * k3)
+            seq = seq + beta * k3 + (-surrogate if level != "action" else 0.0)
+        if level == "action":  # the decision counts once, whatever its length
+            seq = seq - torch.min(w[0] * adv[i], torch.clamp(w[0], 1 - eps_lo, 1 + eps_hi) * adv[i])
         per_seq.append((seq, n_i))
+    if level == "action":
+        return sum(s for s, _ in per_seq) / B / (1 if loss_type == "dapo" else G)
     if loss_type == "grpo":
         total = sum(s / n for s, n in per_seq) / B / G
     elif loss_type == "bnpo":
@@ -68,10 +73,8 @@ def reference_loss(logps, old, ref, adv, mask, level, loss_type, eps_lo, eps_hi,
 @pytest.mark.parametrize("level", ["token", "sequence", "action"])
 def test_loss_and_gradients_match_an_independent_computation(loss_type, level):
     logps, old, ref, adv, mask = fixed_inputs()
-    out = clipped_policy_loss(
-        logps, old, adv, mask, ref_logps=ref, level=level, loss_type=loss_type,
-        epsilon_low=0.2, epsilon_high=0.28, beta=0.04, max_completion_length=8, accumulation_steps=2,
-    )  # fmt: skip
+    config = LossConfig(level, loss_type, epsilon_low=0.2, epsilon_high=0.28, beta=0.04, max_completion_length=8)
+    out = clipped_policy_loss(logps, old, adv, mask, config, ref_logps=ref, scale=LossScale(accumulation_steps=2))
     (grad,) = torch.autograd.grad(out.loss, logps)
     logps2 = logps.detach().clone().requires_grad_(True)
     expected = reference_loss(logps2, old, ref, adv, mask, level, loss_type, 0.2, 0.28, 0.04, L=8, G=2)
@@ -131,10 +134,8 @@ def trl_loss(logps, old, ref, adv, mask, *, loss_type, level, beta, eps_lo, eps_
 @pytest.mark.parametrize("level", ["token", "sequence"])
 def test_loss_matches_trl(loss_type, level):
     logps, old, ref, adv, mask = fixed_inputs(seed=3)
-    ours = clipped_policy_loss(
-        logps, old, adv, mask, ref_logps=ref, level=level, loss_type=loss_type,
-        epsilon_low=0.2, epsilon_high=0.28, beta=0.001, max_completion_length=10,
-    )  # fmt: skip
+    config = LossConfig(level, loss_type, epsilon_low=0.2, epsilon_high=0.28, beta=0.001, max_completion_length=10)
+    ours = clipped_policy_loss(logps, old, adv, mask, config, ref_logps=ref)
     (g_ours,) = torch.autograd.grad(ours.loss, logps)
     theirs = trl_loss(
         logps, old, ref, adv, mask, loss_type=loss_type, level=level, beta=0.001, eps_lo=0.2, eps_hi=0.28, L=10
@@ -147,7 +148,7 @@ def test_loss_matches_trl(loss_type, level):
 def test_loss_sign_pushes_probability_toward_positive_advantages():
     logps, _, _, _, mask = fixed_inputs()
     adv = torch.tensor([1.0, -1.0, 1.0, -1.0])
-    out = clipped_policy_loss(logps, logps.detach(), adv, mask, level="action")
+    out = clipped_policy_loss(logps, logps.detach(), adv, mask, LossConfig(level="action"))
     (grad,) = torch.autograd.grad(out.loss, logps)
     # Gradient descent moves logp along -grad: up for A > 0, down for A < 0.
     assert (-grad[0][mask[0] > 0] > 0).all() and (-grad[1] < 0).all()

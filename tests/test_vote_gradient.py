@@ -19,6 +19,7 @@ from spy_env.stage import Stage  # noqa: E402
 from trainers import SpyRLConfig, SpyRLTrainer  # noqa: E402
 from trainers.choices import Choice, choice_loss  # noqa: E402
 from trainers.logprobs import sequence_logps  # noqa: E402
+from trainers.loss import LossConfig, LossScale  # noqa: E402
 from trainers.samples import choice_advantages, stage_advantages  # noqa: E402
 from trainers.update import MicroBatch, micro_loss  # noqa: E402
 from trainers.votes import ForwardVotes, retained_logps  # noqa: E402
@@ -95,7 +96,8 @@ def _batch(rows, config, choices, coefficients):
     return MicroBatch(
         prompts=[[1]] * len(rows), completions=[r["completion_token_ids"] for r in rows],
         scored=[torch.ones(1)] * len(rows), old_logps=[None] * len(rows), ref_logps=None,
-        advantages=[r["advantage"] for r in rows], level="action", items=len(rows), accumulation=1,
+        advantages=[r["advantage"] for r in rows], loss=LossConfig.from_config(config, "action"),
+        scale=LossScale(len(rows), 1),
         choices=choices, old_choices=[None] * len(rows), coefficients=coefficients,
     )  # fmt: skip
 
@@ -215,7 +217,7 @@ def test_the_rollouts_forward_feeds_the_same_update_as_a_second_forward(vote_gra
 
     samples = TrainingSamples.from_samples(rows, config.max_completion_tokens)
     everything = list(range(len(rows)))
-    batch = samples.micro_batch(everything, level="action", items=len(rows), accumulation=1)
+    batch = samples.micro_batch(everything, LossConfig.from_config(config, "action"), LossScale(len(rows), 1))
     params = [p for p in trainer.model.parameters() if p.requires_grad]
     found = retained_logps(trainer.policy, samples.rows, samples.completions, samples.choices)
     assert found is not None

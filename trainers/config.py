@@ -31,10 +31,12 @@ from spy_env.config import coerce_floats, resolve_deprecated
 from trainers.presets import PRESETS
 from trainers.validation import KL_ESTIMATORS, LOSS_TYPES, SCHEDULES, validate
 
-__all__ = ["DEPRECATED_ALIASES", "SpyRLConfig"]
+__all__ = ["CHARS_PER_TOKEN", "DEPRECATED_ALIASES", "SpyRLConfig"]
 
 # Old field names kept for one release: a value given under one moves to the new name, with a warning.
 DEPRECATED_ALIASES = {"vote_abstain": "abstain"}
+CHARS_PER_TOKEN = 8  # above the characters of almost any BPE token of text (~4 on average)
+CHAR_LIMITS = {"max_vote_chars": 4_000, "max_performance_chars": 8_000}  # GameConfig's defaults
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -65,7 +67,9 @@ class SpyRLConfig:
     )
     # ----------------------------------------------------------------- game
     game: dict = _f({}, "GameConfig overrides (n_players, rounds, degrade, corpus, prompts, ...).")  # noqa: RUF009
-    documents_per_iteration: int = _f(128, "Documents per iteration (paper: 128).")
+    documents_per_iteration: int = _f(
+        128, "Documents per iteration, all processes together (the global batch; paper: 128): each plays its share."
+    )
     games_per_document: int = _f(8, "Games sharing a document: the GRPO group (paper: 8).")
     replay_setup: bool = _f(True, "Games of a group also share spy seat and masks (exchangeable groups).")
     document_order: str = _f(
@@ -243,7 +247,10 @@ class SpyRLConfig:
     def game_config(self):
         from spy_env.config import GameConfig
 
-        return GameConfig.from_dict(dict(self.game))
+        # character limits follow the token budget (CHARS_PER_TOKEN each): a reply the model may write is not cut
+        budget = {k: max(v, CHARS_PER_TOKEN * self.max_completion_tokens) for k, v in CHAR_LIMITS.items()}
+        values = {**budget, **dict(self.game)}
+        return GameConfig.from_dict(values)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -309,8 +316,18 @@ class SpyRLConfig:
                 value = yaml.safe_load(raw)
             except yaml.YAMLError as e:
                 raise ValueError(f"override {item!r}: the value is not valid YAML ({getattr(e, 'problem', e)})") from e
+            if _string_field(key) and isinstance(value, list) and all(isinstance(v, str) for v in value):
+                value = raw  # a str field keeps its text: game.mask_placeholder=[…] is not a YAML list
             if key.startswith("game."):
                 values["game"] = {**values["game"], key[5:]: value}
             else:
                 values[key] = value
         return SpyRLConfig.from_dict(values)
+
+
+def _string_field(key: str) -> bool:
+    """Whether ``key`` (``name`` or ``game.name``) names a ``str`` field of SpyRLConfig or GameConfig."""
+    from spy_env.config import GameConfig
+
+    cls, name = (GameConfig, key[5:]) if key.startswith("game.") else (SpyRLConfig, key)
+    return any(f.name == name and f.type in ("str", str) for f in fields(cls))

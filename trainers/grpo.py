@@ -2,9 +2,8 @@
 
 One iteration (reads top to bottom in :meth:`SpyRLTrainer.train_iteration`):
 
-1. **Rollouts.** The batched runner plays ``documents_per_iteration × games_per_document``
-   games with the current policy in every seat (the ``hf`` backend on the policy itself; vLLM on
-   GPU). The episode buffer is saved per iteration.
+1. **Rollouts.** ``documents_per_iteration × games_per_document`` games over all processes, the
+   current policy in every seat (``hf`` on the policy itself; vLLM on GPU); buffers are saved.
 2. **Samples.** Only the current stage trains: performances in the performing stage, votes in
    the detection stage (the spy's vote only with ``train_spy_vote``).
 3. **Advantages.** Detection: rewards normalised over each game's voters (Eq. 5; the spy's vote
@@ -57,9 +56,11 @@ from trainers.algorithm import RAEBaselines, StageController, add_penalties, con
 from trainers.config import SpyRLConfig
 from trainers.documents import epoch_documents, training_documents
 from trainers.logprobs import sequence_logps
+from trainers.loss import LossConfig, LossScale, loss_items
 from trainers.metrics import iteration_metrics
 from trainers.models import load_policy_model, prepare_for_training, reference_logps, reference_model
 from trainers.policies import decoding_options, learner_policy, seat_policy
+from trainers.precision import make_optimizer
 from trainers.samples import (
     Sample,
     choice_advantages,
@@ -97,6 +98,7 @@ class SpyRLTrainer:
         self.distributed = self.accelerator.num_processes > 1
         self.rank = self.accelerator.process_index
         processes.check_sharding(config, self.sharding)
+        self.documents_share = processes.documents_share(config, self.accelerator.num_processes, self.rank)
         if self.distributed:
             self.model.to(self.accelerator.device)
         self.ref_model = reference_model(config, self.model, self.model_path)
@@ -139,10 +141,10 @@ class SpyRLTrainer:
 
     # --------------------------------------------------------------- set-up
     def _optimizer(self) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-        """AdamW over the trainable parameters, with a linear warm-up over ``warmup_iterations``."""
+        """AdamW with fp32 masters (:mod:`trainers.precision`), linear warm-up over ``warmup_iterations``."""
         c = self.config
         params = [p for p in self.model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=c.learning_rate, weight_decay=c.weight_decay)
+        optimizer = make_optimizer(params, self.accelerator, lr=c.learning_rate, weight_decay=c.weight_decay)
         warmup = c.warmup_iterations
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda it: min(1.0, (it + 1) / (warmup + 1)) if warmup else 1.0
@@ -174,7 +176,7 @@ class SpyRLTrainer:
             game,
             games_per_document=self.config.games_per_document,
             replay_setup=self.config.replay_setup,
-            max_concurrent_games=self.config.documents_per_iteration * self.config.games_per_document,
+            max_concurrent_games=self.documents_share[1] * self.config.games_per_document,
             run_id=f"iter{self.iteration}",
         )
 
@@ -185,17 +187,18 @@ class SpyRLTrainer:
         if isinstance(self.policy, ForwardVotes):  # keep the votes' graphs when they feed a one-step update
             self.policy.keep_graphs = self.controller.training_stage is Stage.VOTE and one_update(c, self.distributed)
         self.model.eval()
-        games = c.documents_per_iteration * c.games_per_document
-        step = self.iteration * self.accelerator.num_processes + self.rank  # this process's share of the run
+        start, share = self.documents_share  # documents_per_iteration is the global batch: this process's slice
+        games = share * c.games_per_document
         documents = self.train_documents
         if c.document_order == "epoch":
-            documents = epoch_documents(documents, c.documents_per_iteration, step, c.seed)
+            documents = epoch_documents(documents, c.documents_per_iteration, self.iteration, c.seed)
+            documents = documents[start : start + share]
         return self._runner(documents).run(
             [self.seat_policy] * self.game_config.n_players,
             games,
             seed=seed_for(c.seed, self.iteration, SeedStream.GAMES, self.rank),
             policy_version=self.iteration,
-            first_game_id=step * games,
+            first_game_id=(self.iteration * c.documents_per_iteration + start) * c.games_per_document,
         )
 
     def save_buffer(self, buffer: EpisodeBuffer) -> None:
@@ -241,7 +244,7 @@ class SpyRLTrainer:
     def mini_batch_size(self, samples: int) -> int:
         """Samples per optimizer step when this iteration trains on ``samples`` rows
         (:func:`trainers.update.mini_batch_size`)."""
-        return mini_batch_size(self.config, samples)
+        return mini_batch_size(self.config, samples, self.accelerator.num_processes)
 
     def update(self, selected: list[Sample], stage: Stage | str) -> dict[str, float]:
         """``epochs`` passes over ``selected`` in shuffled mini-batches, one optimizer step each; returns ``losses/*``."""
@@ -291,15 +294,16 @@ class SpyRLTrainer:
         """One optimizer step on the mini-batch ``mini`` (sample indices), gradients accumulated over micro-batches."""
         c = self.config
         micros = [mini[i : i + c.micro_batch_size] for i in range(0, len(mini), c.micro_batch_size)]
-        items = int(sum(samples.scored[i].sum().item() for i in mini))
+        items = loss_items([samples.scored[i] for i in mini], level)
         if self.distributed:  # dapo/token-mean over every process's tokens (DDP then averages gradients)
             items = self.all_reduce([items])[0] / self.accelerator.num_processes
+        loss = LossConfig.from_config(c, level)
         for k, micro in enumerate(micros):
             # Gradients accumulate over the mini-batch's micro-batches: DeepSpeed steps only at the
             # boundary (accelerate reads sync_gradients), DDP all-reduces only there.
             boundary = k == len(micros) - 1
             self.accelerator.sync_gradients = boundary
-            batch = samples.micro_batch(micro, level=level, items=items, accumulation=len(micros))
+            batch = samples.micro_batch(micro, loss, LossScale(items, len(micros)))
             with contextlib.ExitStack() as stack:
                 if not boundary and self.accelerator.distributed_type in processes.DDP_TYPES:
                     stack.enter_context(self.accelerator.no_sync(self.model))

@@ -16,17 +16,75 @@ log-probs ``old``, reference log-probs ``ref`` and advantage ``A_i``:
   micro-batch, / G), ``dr_grpo`` (token sum / (B · L_max), / G) and ``dapo`` (token sum / the
   number of completion tokens in the whole mini-batch).
 
+**One decision, one weight** (``action`` level, the votes' default): a vote is one action with one
+ratio, so it is one term ``v_i = ℓ_i + β Σ_t k3_t`` (the KL of the whole action, the sum of its
+tokens' KLs) whatever its length — never ``ℓ_i`` repeated over its ``T_i`` tokens (that gave a
+10-token vote 5× a 2-token vote's gradient and the vote's KL an effective ``β/T``). Votes are then
+averaged: ``dapo`` over the votes of the whole mini-batch (every process), the others over the
+micro-batch's votes / G. A constrained vote's choice-token loss (``vote_gradient`` expected or
+supervised) is added to its term once.
+
 For ``token`` and ``sequence`` levels this is numerically TRL 1.16's ``GRPOTrainer._compute_loss``
 (a test checks it on the same tensors).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
-__all__ = ["LossOutput", "clipped_policy_loss"]
+__all__ = ["ChoiceTerms", "LossConfig", "LossOutput", "LossScale", "clipped_policy_loss", "loss_items"]
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """Everything Eq. 7 needs from the configuration, one name per concept (built once:
+    :meth:`from_config`; ``level`` is set per stage with :meth:`at`)."""
+
+    level: str = "token"  # importance ratio: token, sequence or action (one term per sequence)
+    loss_type: str = "grpo"  # aggregation: grpo, bnpo, dr_grpo or dapo
+    epsilon_low: float = 0.2
+    epsilon_high: float = 0.2
+    beta: float = 0.0
+    kl_estimator: str = "k3"
+    kl_bias_correction: bool = True
+    max_completion_length: int | None = None  # dr_grpo's L (None: the batch width)
+
+    @classmethod
+    def from_config(cls, config: Any, level: str = "token") -> LossConfig:
+        """From a :class:`trainers.config.SpyRLConfig` (``epsilon_high`` None means ``epsilon``)."""
+        return cls(
+            level=level,
+            loss_type=config.loss_type,
+            epsilon_low=config.epsilon,
+            epsilon_high=config.epsilon_upper,
+            beta=config.beta,
+            kl_estimator=config.kl_estimator,
+            kl_bias_correction=config.kl_bias_correction,
+            max_completion_length=config.max_completion_tokens,
+        )
+
+    def at(self, level: str) -> LossConfig:
+        return replace(self, level=level)
+
+
+@dataclass(frozen=True)
+class LossScale:
+    """How a micro-batch's loss is scaled inside its mini-batch."""
+
+    num_items_in_batch: float | None = None  # dapo's denominator: see :func:`loss_items` (None: this micro-batch's)
+    accumulation_steps: int = 1  # micro-batches in the mini-batch (not dapo)
+
+
+@dataclass(frozen=True)
+class ChoiceTerms:
+    """``vote_gradient`` expected/supervised: each vote's loss at its choice token, and where it is."""
+
+    losses: torch.Tensor  # (B,)
+    mask: torch.Tensor  # (B, T) 1 at the choice token those losses replace
 
 
 @dataclass
@@ -38,63 +96,98 @@ class LossOutput:
     ratio_mean: float
 
 
+def loss_items(scored: Sequence[torch.Tensor], level: str) -> int:
+    """dapo's denominator for rows whose scored-token masks are ``scored``: their tokens, or at the
+    ``action`` level the number of rows with a scored token (one term per decision)."""
+    if level == "action":
+        return sum(int(s.sum().item() > 0) for s in scored)
+    return int(sum(s.sum().item() for s in scored))
+
+
 def clipped_policy_loss(
     logps: torch.Tensor,  # (B, T) current per-token log-probs of the completion tokens
     old_logps: torch.Tensor,  # (B, T) behaviour log-probs
     advantages: torch.Tensor,  # (B,)
     mask: torch.Tensor,  # (B, T) 1 for real completion tokens
+    config: LossConfig,
     *,
-    ref_logps: torch.Tensor | None = None,  # (B, T), needed when beta > 0
-    level: str = "token",
-    loss_type: str = "grpo",
-    epsilon_low: float = 0.2,
-    epsilon_high: float = 0.2,
-    beta: float = 0.0,
-    kl_bias_correction: bool = True,
-    kl_estimator: str = "k3",
-    max_completion_length: int | None = None,
-    num_items_in_batch: float | None = None,
-    accumulation_steps: int = 1,
-    choice_losses: torch.Tensor | None = None,  # (B,) a vote's loss at its choice token (trainers.choices)
-    choice_mask: torch.Tensor | None = None,  # (B, T) 1 at the choice tokens those losses replace
+    ref_logps: torch.Tensor | None = None,  # (B, T), needed when config.beta > 0
+    scale: LossScale = LossScale(),
+    choice: ChoiceTerms | None = None,
 ) -> LossOutput:
     """Eq. 7, the clipped objective for one micro-batch (see the module docstring).
 
     ``J(θ) = E[ agg_t min(w_t A_i, clip(w_t, 1 − ε_low, 1 + ε_high) A_i) ] − β D_KL`` with
-    ``w_t = π_θ(o_t | q, o_<t) / π_old(o_t | q, o_<t)`` (``level`` chooses token, sequence or
+    ``w_t = π_θ(o_t | q, o_<t) / π_old(o_t | q, o_<t)`` (``config.level`` chooses token, sequence or
     action ratios) and ``agg`` the ``loss_type`` aggregation; returns the loss ``−J`` to minimise.
-    With ``choice_losses``, the tokens of ``choice_mask`` take those losses instead (``vote_gradient``
-    expected/supervised: :func:`trainers.choices.choice_loss`) and stay out of the sequence ratio.
+    With ``choice``, the choice tokens take those losses instead and stay out of the sequence ratio.
     """
+    c = config
     mask = mask.to(logps.dtype)
     advantages = advantages.to(logps.dtype).unsqueeze(1)  # (B, 1)
-    ratio_mask = mask if choice_mask is None else mask * (1 - choice_mask.to(mask))
-    ratio = torch.exp(importance_log_weights(logps - old_logps, ratio_mask, level))  # (B, T) or (B, 1)
-    clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
-    per_token_loss = -torch.min(ratio * advantages, clipped * advantages)  # (B, T) or (B, 1)
-    if choice_losses is not None and choice_mask is not None:
-        at = choice_mask.to(mask) * mask
-        per_token_loss = per_token_loss.expand_as(mask) * (1 - at) + at * choice_losses.to(logps.dtype).unsqueeze(1)
-
-    kl_value = 0.0
-    if beta != 0.0:
+    at = None if choice is None else choice.mask.to(mask) * mask  # (B, T) the scored choice tokens
+    ratio_mask = mask if at is None else mask * (1 - at)
+    ratio = torch.exp(importance_log_weights(logps - old_logps, ratio_mask, c.level))  # (B, T) or (B, 1)
+    clipped = torch.clamp(ratio, 1 - c.epsilon_low, 1 + c.epsilon_high)
+    surrogate = -torch.min(ratio * advantages, clipped * advantages)  # (B, T) or (B, 1)
+    per_token_kl, kl_value = None, 0.0
+    if c.beta != 0.0:
         if ref_logps is None:
             raise ValueError("beta > 0 needs ref_logps")
-        per_token_kl = kl_penalty(ref_logps - logps, ratio, kl_estimator, kl_bias_correction)  # (B, T)
-        per_token_loss = per_token_loss + beta * per_token_kl
+        per_token_kl = kl_penalty(ref_logps - logps, ratio, c.kl_estimator, c.kl_bias_correction)  # (B, T)
         kl_value = ((per_token_kl * mask).sum() / mask.sum().clamp(min=1.0)).item()
-
-    masked = per_token_loss * mask  # broadcasts (B, 1) over T
-    if loss_type == "dapo":  # one denominator for the whole mini-batch: no accumulation division
-        total = mask.sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch, dtype=logps.dtype)
-        loss = masked.sum() / total.clamp(min=1.0)
-        policy_loss = loss.detach()
+    if c.level == "action":
+        loss, policy_loss = _per_action(surrogate, per_token_kl, mask, ratio_mask, c, scale, choice)
     else:
-        length = max_completion_length or logps.shape[1]
-        loss = aggregate(masked, mask, loss_type, logps.shape[0] * length)
-        policy_loss, loss = loss.detach(), loss / accumulation_steps
-    clip_fraction, ratio_mean = clip_stats(ratio, advantages, mask, epsilon_low, epsilon_high)
+        per_token_loss = surrogate.expand_as(mask)
+        if at is not None:
+            per_token_loss = per_token_loss * (1 - at) + at * choice.losses.to(logps.dtype).unsqueeze(1)
+        if per_token_kl is not None:
+            per_token_loss = per_token_loss + c.beta * per_token_kl
+        loss, policy_loss = _aggregate_tokens(per_token_loss * mask, mask, c, scale)
+    clip_fraction, ratio_mean = clip_stats(ratio, advantages, mask, c.epsilon_low, c.epsilon_high)
     return LossOutput(loss, float(policy_loss), kl_value, clip_fraction, ratio_mean)
+
+
+def _per_action(
+    surrogate: torch.Tensor,
+    per_token_kl: torch.Tensor | None,
+    mask: torch.Tensor,
+    ratio_mask: torch.Tensor,
+    config: LossConfig,
+    scale: LossScale,
+    choice: ChoiceTerms | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One term per sequence, ``v_i = ℓ_i + choice_i + β Σ_t k3_t``, averaged over decisions (module docstring)."""
+    has_ratio = (ratio_mask.sum(-1) > 0).to(mask)  # (B,) a sequence ratio exists (not only the choice token)
+    terms = surrogate.squeeze(1) * has_ratio  # (B,)
+    if choice is not None:
+        terms = terms + choice.losses.to(mask) * (choice.mask.to(mask) * mask).sum(-1).clamp(max=1.0)
+    if per_token_kl is not None:
+        terms = terms + config.beta * (per_token_kl * mask).sum(-1)
+    decisions = (mask.sum(-1) > 0).to(mask)  # (B,) rows that train
+    total = (terms * decisions).sum()
+    if config.loss_type == "dapo":  # the whole mini-batch's decisions: no accumulation division
+        items = decisions.sum() if scale.num_items_in_batch is None else torch.as_tensor(scale.num_items_in_batch)
+        loss = total / items.to(mask).clamp(min=1.0)
+        return loss, loss.detach()
+    if config.loss_type not in ("grpo", "bnpo", "dr_grpo"):
+        raise ValueError(f"unknown loss_type {config.loss_type!r}; expected grpo, bnpo, dr_grpo or dapo")
+    loss = total / decisions.sum().clamp(min=1.0)
+    return loss / scale.accumulation_steps, loss.detach()
+
+
+def _aggregate_tokens(
+    masked: torch.Tensor, mask: torch.Tensor, config: LossConfig, scale: LossScale
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(loss, policy_loss)`` of per-token losses (B, T) under ``config.loss_type``."""
+    if config.loss_type == "dapo":  # one denominator for the whole mini-batch: no accumulation division
+        items = mask.sum() if scale.num_items_in_batch is None else torch.as_tensor(scale.num_items_in_batch)
+        loss = masked.sum() / items.to(masked).clamp(min=1.0)
+        return loss, loss.detach()
+    length = config.max_completion_length or masked.shape[1]
+    loss = aggregate(masked, mask, config.loss_type, masked.shape[0] * length)
+    return loss / scale.accumulation_steps, loss.detach()
 
 
 def importance_log_weights(log_ratio: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:

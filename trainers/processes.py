@@ -12,7 +12,15 @@ import torch
 
 from trainers.config import SpyRLConfig
 
-__all__ = ["DDP_TYPES", "all_reduce", "check_sharding", "mean_over_processes", "process_metrics", "sharding"]
+__all__ = [
+    "DDP_TYPES",
+    "all_reduce",
+    "check_sharding",
+    "documents_share",
+    "mean_over_processes",
+    "process_metrics",
+    "sharding",
+]
 
 DDP_TYPES = ("MULTI_GPU", "MULTI_CPU", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU", "MULTI_HPU")  # no_sync is safe there
 
@@ -23,6 +31,25 @@ def all_reduce(accelerator: Any, values: Sequence[float], op: str = "sum") -> li
         return list(values)
     tensor = torch.tensor(list(values), dtype=torch.float64, device=accelerator.device)
     return accelerator.reduce(tensor, reduction=op).tolist()
+
+
+def documents_share(config: SpyRLConfig, num_processes: int, rank: int = 0) -> tuple[int, int]:
+    """``(start, count)``: the slice of each iteration's documents that process ``rank`` plays.
+    ``documents_per_iteration`` is the global batch (verl's ``train_batch_size``), split as evenly as
+    it goes (128 over 7 processes: 19 × 2 and 18 × 5); raises ``ValueError`` naming the field when a
+    process would get none.
+
+    >>> [documents_share(SpyRLConfig(documents_per_iteration=8), 3, r) for r in range(3)]
+    [(0, 3), (3, 3), (6, 2)]
+    """
+    total = config.documents_per_iteration
+    if total < num_processes:
+        raise ValueError(
+            f"SpyRLConfig.documents_per_iteration ({total}) must be at least the number of processes "
+            f"({num_processes}): it is the global batch, split over them"
+        )
+    base, extra = divmod(total, num_processes)
+    return rank * base + min(rank, extra), base + (rank < extra)
 
 
 def mean_over_processes(accelerator: Any, game: Mapping[str, float]) -> dict[str, float]:

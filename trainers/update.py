@@ -17,7 +17,7 @@ import torch
 from trainers.choices import Choice, choice_loss
 from trainers.config import SpyRLConfig
 from trainers.logprobs import pad_to, sequence_logps
-from trainers.loss import clipped_policy_loss
+from trainers.loss import ChoiceTerms, LossConfig, LossScale, clipped_policy_loss
 from trainers.samples import Sample
 
 __all__ = ["MicroBatch", "TrainingSamples", "UpdateTotals", "micro_loss", "micro_step", "mini_batch_size"]
@@ -26,12 +26,13 @@ __all__ = ["MicroBatch", "TrainingSamples", "UpdateTotals", "micro_loss", "micro
 LogpsFn = Callable[[list[list[int]], list[list[int]], list[Choice | None]], tuple[torch.Tensor, list]]
 
 
-def mini_batch_size(config: SpyRLConfig, samples: int) -> int:
-    """Samples per optimizer step when an iteration trains on ``samples`` rows.
+def mini_batch_size(config: SpyRLConfig, samples: int, num_processes: int = 1) -> int:
+    """Samples per optimizer step on one process when it trains on ``samples`` rows this iteration.
 
     ``updates_per_iteration`` k > 0: ``ceil(samples / k)``. ``mini_batch_unit="documents"`` (verl's
     prompt-counted ``ppo_mini_batch_size``): ``ceil(documents_per_iteration / mini_batch_size)``
-    updates, so 128 documents of 128 make one. Else ``mini_batch_size`` samples.
+    updates (both global counts), so 128 documents of 128 make one. Else ``mini_batch_size`` samples
+    over all processes, so ``mini_batch_size / num_processes`` on each.
 
     >>> mini_batch_size(SpyRLConfig(mini_batch_unit="documents"), 5120), mini_batch_size(SpyRLConfig(), 5120)
     (5120, 128)
@@ -41,7 +42,7 @@ def mini_batch_size(config: SpyRLConfig, samples: int) -> int:
         updates = -(-config.documents_per_iteration // config.mini_batch_size)
     if updates:
         return max(1, -(-samples // updates))
-    return config.mini_batch_size
+    return max(1, config.mini_batch_size // num_processes)
 
 
 @dataclass(frozen=True)
@@ -54,9 +55,8 @@ class MicroBatch:
     old_logps: list[torch.Tensor | None]  # (T_i,) behaviour log-probs; None: on-policy, the current ones
     ref_logps: list[torch.Tensor] | None  # (T_i,) reference log-probs (beta > 0)
     advantages: list[float]
-    level: str  # importance ratio: token, sequence or action
-    items: float  # scored tokens of the whole mini-batch (dapo's denominator)
-    accumulation: int  # micro-batches in the mini-batch
+    loss: LossConfig  # Eq. 7's settings, at this stage's ratio level
+    scale: LossScale  # dapo's denominator (trainers.loss.loss_items of the mini-batch) and accumulation
     choices: list[Choice | None] = field(default_factory=list)  # votes' choices (scored renormalised)
     old_choices: list[torch.Tensor | None] = field(default_factory=list)  # (C,) behaviour choice log-probs
     coefficients: list[torch.Tensor | None] = field(default_factory=list)  # (C,) expected/supervised weights
@@ -109,7 +109,7 @@ class TrainingSamples:
             choice_out.update({i: choice_logps[k] for k, i in enumerate(part)})
         return out, choice_out
 
-    def micro_batch(self, indices: Sequence[int], *, level: str, items: float, accumulation: int) -> MicroBatch:
+    def micro_batch(self, indices: Sequence[int], loss: LossConfig, scale: LossScale) -> MicroBatch:
         return MicroBatch(
             prompts=[self.prompts[i] for i in indices],
             completions=[self.completions[i] for i in indices],
@@ -117,9 +117,8 @@ class TrainingSamples:
             old_logps=[self.old.get(i) for i in indices],
             ref_logps=[self.ref[i] for i in indices] if self.ref else None,
             advantages=[self.advantages[i] for i in indices],
-            level=level,
-            items=items,
-            accumulation=accumulation,
+            loss=loss,
+            scale=scale,
             choices=[self.choices[i] for i in indices],
             old_choices=[self.old_choices.get(i) for i in indices],
             coefficients=[self.coefficients[i] for i in indices],
@@ -151,18 +150,10 @@ def micro_loss(
     old = torch.stack(
         [logps[k].detach() if row is None else pad_to(row, width) for k, row in enumerate(batch.old_logps)]
     )  # (B, T)
-    ref = torch.stack([pad_to(row, width) for row in batch.ref_logps]) if config.beta else None  # (B, T)
+    ref = torch.stack([pad_to(row, width) for row in batch.ref_logps]) if batch.loss.beta else None  # (B, T)
     advantages = torch.tensor(batch.advantages, dtype=logps.dtype)  # (B,)
-    choice_losses, choice_mask = _choice_terms(choice_logps, batch, config, logps)
-    out = clipped_policy_loss(
-        logps, old, advantages, mask,
-        ref_logps=ref, level=batch.level, loss_type=config.loss_type,
-        epsilon_low=config.epsilon, epsilon_high=config.epsilon_upper, beta=config.beta,
-        kl_bias_correction=config.kl_bias_correction, kl_estimator=config.kl_estimator,
-        max_completion_length=config.max_completion_tokens,
-        num_items_in_batch=batch.items, accumulation_steps=batch.accumulation,
-        choice_losses=choice_losses, choice_mask=choice_mask,
-    )  # fmt: skip
+    choice = _choice_terms(choice_logps, batch, config.vote_gradient, logps)
+    out = clipped_policy_loss(logps, old, advantages, mask, batch.loss, ref_logps=ref, scale=batch.scale, choice=choice)
     backward(out.loss)
     return {
         "tokens": int(mask.sum().item()),
@@ -175,12 +166,12 @@ def micro_loss(
 
 
 def _choice_terms(
-    choice_logps: Sequence[torch.Tensor | None], batch: MicroBatch, config: SpyRLConfig, logps: torch.Tensor
-) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    choice_logps: Sequence[torch.Tensor | None], batch: MicroBatch, vote_gradient: str, logps: torch.Tensor
+) -> ChoiceTerms | None:
     """``vote_gradient`` expected/supervised: each vote's loss at its choice token (B,) and where that
-    token is (B, T); ``(None, None)`` when every row trains by its sampled choice."""
-    if config.vote_gradient == "sampled" or not any(c is not None for c in batch.coefficients):
-        return None, None
+    token is (B, T); None when every row trains by its sampled choice."""
+    if vote_gradient == "sampled" or not any(c is not None for c in batch.coefficients):
+        return None
     losses, at = [], torch.zeros_like(logps, dtype=torch.float32)  # (B, T)
     for k, (choice, logq, coefficients) in enumerate(zip(batch.choices, choice_logps, batch.coefficients, strict=True)):
         if choice is None or logq is None or coefficients is None:
@@ -189,11 +180,16 @@ def _choice_terms(
         old = batch.old_choices[k] if batch.old_choices and batch.old_choices[k] is not None else logq.detach()
         losses.append(
             choice_loss(
-                logq, old.to(logq), coefficients.to(logq), config.vote_gradient, config.epsilon, config.epsilon_upper
+                logq,
+                old.to(logq),
+                coefficients.to(logq),
+                vote_gradient,
+                batch.loss.epsilon_low,
+                batch.loss.epsilon_high,
             )
         )
         at[k, choice.step] = 1.0
-    return torch.stack([x.float() for x in losses]), at
+    return ChoiceTerms(torch.stack([x.float() for x in losses]), at)
 
 
 @dataclass

@@ -27,6 +27,7 @@ from agents.decoding import VoteProgram, is_vote
 from agents.hf import HFPolicy
 from agents.tensors import left_pad
 from spy_env.policy import Action, Observation
+from trainers.loss import LossConfig, LossScale, loss_items
 from trainers.update import UpdateTotals, micro_loss
 
 __all__ = ["ForwardVotes", "one_update", "retained_logps", "retained_update"]
@@ -71,7 +72,9 @@ class ForwardVotes:
         size = self.learner.batch_size
         for start in range(0, len(votes), size):
             chunk = votes[start : start + size]
-            for (i, _, _), action in zip(chunk, self._votes([p for _, p, _ in chunk], [g for *_, g in chunk])):
+            for (i, _, _), action in zip(
+                chunk, self._votes([p for _, p, _ in chunk], [g for *_, g in chunk]), strict=True
+            ):
                 out[i] = action
         return out  # type: ignore[return-value]
 
@@ -118,7 +121,13 @@ class ForwardVotes:
         return actions
 
     def _action(
-        self, prompt: list[int], program: VoteProgram, raw: torch.Tensor, names: list[str], tokens: list[int], taken: int
+        self,
+        prompt: list[int],
+        program: VoteProgram,
+        raw: torch.Tensor,
+        names: list[str],
+        tokens: list[int],
+        taken: int,
     ) -> Action:
         prefix, eos = program.prefix, program.eos
         completion = [*prefix, tokens[taken], *program.suffix, eos]
@@ -159,7 +168,9 @@ def retained_logps(
     :func:`trainers.logprobs.sequence_logps` returns them (only the choice token carries a log-prob:
     the others are forced and never scored); None when a row has no retained choice (the update then
     runs its own forward)."""
-    found = [policy.choice_logps(row) if choice is not None else None for row, choice in zip(rows, choices, strict=True)]
+    found = [
+        policy.choice_logps(row) if choice is not None else None for row, choice in zip(rows, choices, strict=True)
+    ]
     if any(x is None for x in found):
         return None
     width = max(len(c) for c in completions)
@@ -193,8 +204,8 @@ def retained_update(trainer: Any, samples: Any, size: int, level: str) -> dict[s
     if found is None:
         return None
     everything = list(range(len(samples.rows)))
-    items = int(sum(samples.scored[i].sum().item() for i in everything))
-    batch = samples.micro_batch(everything, level=level, items=items, accumulation=1)
+    loss = LossConfig.from_config(c, level)
+    batch = samples.micro_batch(everything, loss, LossScale(loss_items(samples.scored, level), 1))
     trainer.model.train()
     totals = UpdateTotals()
     totals.add_micro_step(micro_loss(found[0], found[1], None, found[2], batch, c, trainer.accelerator.backward))
