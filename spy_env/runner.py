@@ -213,6 +213,7 @@ class Runner:
             "game_id": slot.index,
             "game_seed": slot.seed,
             "document_id": slot.env.game.document.id,
+            "degrade_seed": slot.env.reset_options["degrade_seed"],
             "group_id": slot.group_id,
             "round": round_,
             "stage": stage,

@@ -1,0 +1,155 @@
+"""spyrl.integrations.trl with TRL's real GRPOTrainer on the tiny model, on CPU (issue #21, item 1).
+
+The rewards TRL logs per completion are checked against the environment itself: the same game
+re-created from the row's reset options and played with the same texts through ``spy_env``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("trl")
+pytest.importorskip("torch")
+
+import spy_env
+from spy_env.rewards import weighted_reward
+from spyrl.integrations.trl import (
+    DetectionReward,
+    GameReward,
+    SpyEnvironment,
+    detection_dataset,
+    spy_dataset,
+)
+
+CONFIG = spy_env.GameConfig(n_players=4, max_document_chars=600)
+
+
+def _train(tiny_model_dir, tmp_path, dataset, reward):
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    class CountSteps(TrainerCallback):
+        optimizer_steps = 0
+
+        def on_optimizer_step(self, args, state, control, **kwargs):
+            CountSteps.optimizer_steps += 1
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=12,
+        max_steps=2,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        seed=0,
+    )
+    trainer = GRPOTrainer(
+        model=str(tiny_model_dir), reward_funcs=reward, args=args, train_dataset=dataset, callbacks=[CountSteps()]
+    )
+    trainer.train()
+    return trainer, CountSteps.optimizer_steps
+
+
+def _env_reward(row, text, stage, detector=None):
+    """The reward ``spy_env`` gives ``text`` in the row's seat: the game re-created and played again."""
+    env = spy_env.parallel_env(CONFIG, rounds=1)
+    options = {"document_id": row["document_id"], "spy_seat": row["spy_seat"], "degrade_seed": row["degrade_seed"]}
+    env.reset(seed=row["game_seed"], options=options)
+    me = env.possible_agents[row["seat"]]
+    perform = {a: row["performances"][env.seat_of[a]] for a in env.agents}
+    if stage == "perform":
+        perform[me] = text
+    observations = env.step(perform)[0]
+    if stage == "perform":
+        # one detector per game, seeded by the game, voting for every seat in one call
+        votes = dict(
+            zip(env.agents, detector(row["game_seed"]).act([observations[a] for a in env.agents]), strict=True)
+        )
+    else:
+        votes = {a: row["votes"][env.seat_of[a]] for a in env.agents}
+        votes[me] = text
+    comps = env.step(votes)[4][me]["reward_components"]
+    if stage == "perform":
+        return weighted_reward(CONFIG, perform=comps["perform"], penalty=comps["perform_penalty"])
+    return weighted_reward(CONFIG, detect=comps["detect"], penalty=comps["vote_penalty"])
+
+
+def _check_logged(trainer, dataset, name, stage, detector=None):
+    by_prompt = {str(r["prompt"]): r for r in dataset}
+    logs = trainer._logs
+    assert len(logs["completion"]) == 4  # the last generation batch: 1 prompt x 4 generations
+    for prompt, completion, logged in zip(logs["prompt"], logs["completion"], logs["rewards"][name], strict=True):
+        text = completion[-1]["content"] if isinstance(completion, list) else completion
+        assert logged == pytest.approx(_env_reward(by_prompt[str(prompt)], text, stage, detector), abs=1e-6)
+
+
+def test_grpo_trains_on_the_detection_dataset_and_logs_the_envs_rewards(tiny_model_dir, tmp_path):
+    dataset = detection_dataset(CONFIG, num_games=2, seed=0)
+    assert set(dataset["role"]) == {"civilian"} and len(dataset) == 2 * 3
+    trainer, optimizer_steps = _train(tiny_model_dir, tmp_path, dataset, DetectionReward(CONFIG))
+    assert trainer.state.global_step == 2 and optimizer_steps == 2
+    _check_logged(trainer, dataset, "spy_detection", "vote")
+
+
+def test_grpo_trains_on_the_spy_dataset_and_logs_the_envs_rewards(tiny_model_dir, tmp_path):
+    from agents import HeuristicAgent
+
+    dataset = spy_dataset(CONFIG, num_games=3, seed=1)
+    assert set(dataset["role"]) == {"spy"} and dataset["seat"] == dataset["spy_seat"]
+    trainer, optimizer_steps = _train(tiny_model_dir, tmp_path, dataset, GameReward(CONFIG))
+    assert trainer.state.global_step == 2 and optimizer_steps == 2
+    _check_logged(trainer, dataset, "spy_game", "perform", detector=lambda seed: HeuristicAgent(seed=seed))
+
+
+def test_rewards_match_the_env_for_chosen_texts_and_junk_is_a_recorded_violation():
+    from agents import HeuristicAgent
+
+    votes = detection_dataset(CONFIG, num_games=3, seed=2)
+    columns = {k: votes[k] for k in votes.column_names if k != "prompt"}
+    texts = [f"<vote>{s + 1}</vote>" for s in votes["spy_seat"]]  # the right answer everywhere
+    texts[1] = "\x1b[31m" + "x" * 5000  # junk: no vote tag
+    rewards = DetectionReward(CONFIG)(
+        votes["prompt"], [[{"role": "assistant", "content": t}] for t in texts], **columns
+    )
+    assert rewards[0] == 1.0 and rewards[1] < 0
+    assert rewards == [pytest.approx(_env_reward(r, t, "vote")) for r, t in zip(votes, texts, strict=True)]
+    details = DetectionReward(CONFIG).details(texts, **columns)
+    assert details[1]["violations"] and not details[0]["violations"]
+
+    civilians = spy_dataset(CONFIG, num_games=2, seed=3, role="civilian")
+    assert set(civilians["role"]) == {"civilian"} and len(civilians) == 2 * 3
+    columns = {k: civilians[k] for k in civilians.column_names if k != "prompt"}
+    texts = ["The answer is \\boxed{7}.", "", *civilians["performances"][0][2:]] + ["x"] * 2
+    got = GameReward(CONFIG)(civilians["prompt"], texts, **columns)
+    assert got == GameReward(CONFIG)(civilians["prompt"], texts, **columns)  # seeded per game: repeatable
+    want = [
+        _env_reward(r, t, "perform", lambda s: HeuristicAgent(seed=s)) for r, t in zip(civilians, texts, strict=True)
+    ]
+    assert got == pytest.approx(want)
+
+
+def test_environment_factory_class_plays_one_seat_through_its_tools():
+    from agents import HeuristicAgent
+
+    row = spy_dataset(CONFIG, num_games=1, seed=4)[0]
+    env = SpyEnvironment(CONFIG)
+    assert env.reset(**row) is None  # the row's prompt already asks for the performance
+    with pytest.raises(ValueError, match="perform stage"):
+        env.vote(1)
+    vote_prompt = env.perform(row["performances"][row["seat"]])
+    assert "<vote>" in vote_prompt
+    outcome = env.vote((row["spy_seat"] + 1) % CONFIG.n_players + 1)
+    assert f"Player {row['spy_seat'] + 1}" in outcome
+    # the whole round's reward of the seat, as the env computes it with heuristic detectors
+    game = spy_env.parallel_env(CONFIG, rounds=1)
+    game.reset(seed=row["game_seed"], options={k: row[k] for k in ("document_id", "spy_seat", "degrade_seed")})
+    observations = game.step({a: row["performances"][game.seat_of[a]] for a in game.agents})[0]
+    others = [a for a in game.agents if game.seat_of[a] != row["seat"]]
+    votes = dict(zip(others, HeuristicAgent(seed=row["game_seed"]).act([observations[a] for a in others]), strict=True))
+    votes[game.possible_agents[row["seat"]]] = f"<vote>{(row['spy_seat'] + 1) % CONFIG.n_players + 1}</vote>"
+    rewards = game.step(votes)[1]
+    assert env.get_reward() == pytest.approx(rewards[game.possible_agents[row["seat"]]])
