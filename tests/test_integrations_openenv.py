@@ -125,3 +125,15 @@ def test_bad_reset_arguments_are_refused_and_the_session_goes_on(server):
         with pytest.raises(Exception, match="seat"):
             client.reset(seed=1, seat=9)
         assert client.reset(seed=1, seat=1).observation["seat"] == 1
+
+
+@pytest.mark.slow  # OpenEnv's CLI imports gradio: tens of seconds
+def test_openenv_validate_passes_on_the_manifest_and_the_running_server(server):
+    root = Path(__file__).resolve().parents[1]
+    cli = [sys.executable, "-m", "openenv.cli", "validate"]
+    static = subprocess.run(
+        [*cli, str(root / "deploy" / "openenv"), "--level", "static"], capture_output=True, text=True
+    )
+    assert static.returncode == 0 and "Verdict: PASS" in static.stdout, static.stdout + static.stderr
+    live = subprocess.run([*cli, "--url", server], capture_output=True, text=True, timeout=120)
+    assert live.returncode == 0 and "Verdict: PASS" in live.stdout, live.stdout + live.stderr

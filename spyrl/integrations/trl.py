@@ -27,7 +27,7 @@ from spy_env.config import GameConfig
 from spy_env.stage import Stage
 from spyrl.integrations._games import DetectorSpec, completion_text, detector_factory, game_rows, replay_rewards
 
-if sys.version_info < (3, 11):  # pragma: no cover - TRL 1.16 itself needs 3.11
+if sys.version_info < (3, 11):  # pragma: no cover - TRL >= 1.16 itself needs 3.11
     raise ImportError("spyrl.integrations.trl needs Python >= 3.11 (TRL >= 1.16 does); pip install 'spyrl[trl]'")
 
 __all__ = [
