@@ -153,3 +153,43 @@ def test_environment_factory_class_plays_one_seat_through_its_tools():
     votes[game.possible_agents[row["seat"]]] = f"<vote>{(row['spy_seat'] + 1) % CONFIG.n_players + 1}</vote>"
     rewards = game.step(votes)[1]
     assert env.get_reward() == pytest.approx(rewards[game.possible_agents[row["seat"]]])
+
+
+@pytest.mark.slow  # ~60 s: the tool-calling path of TRL
+def test_grpo_runs_the_environment_factory_path(tiny_model_dir, tmp_path):
+    """TRL's multi-turn tool path with SpyEnvironment: TRL resets it with each row, exposes its tools
+    and takes get_reward as the reward. (The random tiny model calls no tool: its seat forfeits.)"""
+    import shutil
+
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+    from trl.chat_template_utils import qwen3_chat_template
+
+    model_dir = tmp_path / "tool-model"
+    shutil.copytree(tiny_model_dir, model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer.chat_template = qwen3_chat_template  # a template TRL can parse tool calls from
+    tokenizer.save_pretrained(model_dir)
+    dataset = spy_dataset(CONFIG, num_games=2, seed=5)
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=12,
+        max_steps=2,
+        max_tool_calling_iterations=2,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+    )
+    trainer = GRPOTrainer(
+        model=str(model_dir), args=args, train_dataset=dataset, environment_factory=lambda: SpyEnvironment(CONFIG)
+    )
+    assert {t.__name__ for t in trainer.tools} == {"perform", "vote"}
+    trainer.train()
+    assert trainer.state.global_step == 2
+    by_prompt = {str(r["prompt"]): r for r in dataset}
+    for prompt, logged in zip(trainer._logs["prompt"], trainer._logs["rewards"]["SpyEnvironment"], strict=True):
+        env = SpyEnvironment(CONFIG)
+        env.reset(**by_prompt[str(prompt)])
+        assert logged == pytest.approx(env.get_reward())  # the forfeited round, as the env scores it

@@ -177,6 +177,19 @@ class SpyEnvironment:
         Returns:
             The outcome of the round.
         """
+        return self._vote(f"<vote>{int(player)}</vote>")
+
+    def get_reward(self) -> float:
+        """The seat's reward for the round; a seat that did not perform or vote forfeits that stage
+        (an empty text: the env's recorded violation and penalty)."""
+        env = self._env
+        if env is not None and env.game is not None and not env.game.done:
+            if env.game.stage is Stage.PERFORM:
+                self.perform("")
+            self._vote("")
+        return self._reward
+
+    def _vote(self, text: str) -> str:
         from spy_env.policy import Action
 
         env = self._require(Stage.VOTE)
@@ -185,14 +198,11 @@ class SpyEnvironment:
         detector = self._detectors(int(self._row["game_seed"]))  # one per game, all other seats in one call
         replies = detector.act([self._observations[a] for a in others])
         votes = {a: Action.of(r).text for a, r in zip(others, replies, strict=True)}
-        votes[me] = f"<vote>{int(player)}</vote>"
+        votes[me] = text
         info = env.step(votes)[4][me]
         self._reward = float(env.game.reward(env.game.log[0].result, self._row["seat"]))
         truth = info.get("truth", {})
         return f"Round over. The spy was Player {truth.get('spy_seat', -1) + 1}. Your reward: {self._reward:.3f}."
-
-    def get_reward(self) -> float:
-        return self._reward
 
     def _require(self, stage: Stage):
         env = self._env
