@@ -137,3 +137,33 @@ def test_openenv_validate_passes_on_the_manifest_and_the_running_server(server):
     assert static.returncode == 0 and "Verdict: PASS" in static.stdout, static.stdout + static.stderr
     live = subprocess.run([*cli, "--url", server], capture_output=True, text=True, timeout=120)
     assert live.returncode == 0 and "Verdict: PASS" in live.stdout, live.stdout + live.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--port", "0"], "--port must be in 1..65535"),
+        (["--seats", "bogus:x"], "--seats: unknown agent spec"),
+        (["--players", "2"], "n_players"),
+        (["--max-sessions", "0"], "--max-sessions"),
+    ],
+)
+def test_serve_mistakes_are_one_line_errors(argv, message, capsys):
+    from spyrl.cli import main
+
+    assert main(["serve", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and message in err and "\n" not in err
+
+
+def test_serve_on_a_taken_port_is_a_one_line_error(capsys):
+    import socket
+
+    from spyrl.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        assert main(["serve", "--port", str(taken.getsockname()[1])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: cannot listen on 127.0.0.1:") and "\n" not in err
