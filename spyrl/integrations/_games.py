@@ -23,7 +23,7 @@ from spy_env.rewards import weighted_reward
 from spy_env.runner import Runner
 from spy_env.stage import Stage
 
-__all__ = ["DetectorSpec", "completion_text", "detector_factory", "game_rows", "replay_rewards"]
+__all__ = ["DetectorSpec", "completion_text", "detector_factory", "game_rows", "replay_rewards", "seat_factories"]
 
 # A detector: an agent spec ("heuristic", "hf:PATH", ...), a policy, or game_seed -> policy.
 DetectorSpec = str | Policy | Callable[[int], Policy]
@@ -55,6 +55,17 @@ def detector_factory(spec: DetectorSpec) -> Callable[[int], Policy]:
     return lambda seed: spec
 
 
+def seat_factories(specs: Sequence[DetectorSpec]) -> list[Callable[[int], Policy]]:
+    """One :func:`detector_factory` per seat; the same spec string shares one (an LLM loads once)."""
+    made: dict[str, Callable[[int], Policy]] = {}
+    out = []
+    for spec in specs:
+        if isinstance(spec, str) and spec not in made:
+            made[spec] = detector_factory(spec)
+        out.append(made[spec] if isinstance(spec, str) else detector_factory(spec))
+    return out
+
+
 def game_rows(
     config: GameConfig, performers: str | Sequence[str], num_games: int, seed: int, stage: Stage, roles: Sequence[str]
 ) -> list[dict[str, Any]]:
@@ -67,7 +78,7 @@ def game_rows(
     specs = [performers] * config.n_players if isinstance(performers, str) else list(performers)
     if len(specs) != config.n_players:
         raise ValueError(f"performers: need one agent spec or one per seat ({config.n_players}), got {len(specs)}")
-    factories = [detector_factory(s) for s in specs]
+    factories = seat_factories(specs)
     runner = Runner(replace(config, rounds=1))
     buffer = runner.run(
         lambda i: [make(seed * 1_000_003 + i * 16 + k) for k, make in enumerate(factories)], num_games, seed=seed

@@ -33,7 +33,7 @@ from spy_env.env import parallel_env
 from spy_env.policy import Action as PolicyAction
 from spy_env.policy import Policy, chat_messages
 from spy_env.stage import Stage
-from spyrl.integrations._games import detector_factory
+from spyrl.integrations._games import seat_factories
 
 __all__ = ["SpyAction", "SpyEnvironment", "SpyObservation", "SpyState", "create_spy_app", "serve"]
 
@@ -77,7 +77,7 @@ class SpyEnvironment(Environment[SpyAction, SpyObservation, SpyState]):
         specs = [seats] * n_others if isinstance(seats, str) else list(seats)
         if len(specs) != n_others:
             raise ValueError(f"seats: need one agent spec or one per other seat ({n_others}), got {len(specs)}")
-        self._factories = [detector_factory(s) for s in specs]
+        self._factories = seat_factories(specs)  # an LLM playing several seats is loaded once
         self._env = parallel_env(self.config)
         self._policies: dict[str, Policy] = {}
         self._observations: dict[str, Any] = {}

@@ -19,7 +19,9 @@ import sys
 from typing import Any
 
 if sys.version_info < (3, 11):  # pragma: no cover - verifiers itself needs 3.11
-    raise ImportError("spyrl.integrations.verifiers needs Python >= 3.11 (verifiers does); pip install 'spyrl[verifiers]'")
+    raise ImportError(
+        "spyrl.integrations.verifiers needs Python >= 3.11 (verifiers does); pip install 'spyrl[verifiers]'"
+    )
 
 import verifiers.v1 as vf
 from pydantic import Field
