@@ -14,6 +14,7 @@ pytest.importorskip("torch")
 import spy_env
 from spy_env.rewards import weighted_reward
 from spyrl.integrations.trl import (
+    VOTE_PREFILL,
     DetectionReward,
     GameReward,
     SpyEnvironment,
@@ -24,7 +25,7 @@ from spyrl.integrations.trl import (
 CONFIG = spy_env.GameConfig(n_players=4, max_document_chars=600)
 
 
-def _train(tiny_model_dir, tmp_path, dataset, reward):
+def _train(tiny_model_dir, tmp_path, dataset, reward, max_completion_length=12):
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
@@ -38,7 +39,7 @@ def _train(tiny_model_dir, tmp_path, dataset, reward):
         output_dir=str(tmp_path / "out"),
         per_device_train_batch_size=4,
         num_generations=4,
-        max_completion_length=12,
+        max_completion_length=max_completion_length,
         max_steps=2,
         learning_rate=1e-3,
         logging_steps=1,
@@ -78,13 +79,16 @@ def _env_reward(row, text, stage, detector=None):
     return weighted_reward(CONFIG, detect=comps["detect"], penalty=comps["vote_penalty"])
 
 
-def _check_logged(trainer, dataset, name, stage, detector=None):
+def _check_logged(trainer, dataset, name, stage, detector=None, prefill=""):
     by_prompt = {str(r["prompt"]): r for r in dataset}
     logs = trainer._logs
     assert len(logs["completion"]) == 4  # the last generation batch: 1 prompt x 4 generations
+    texts = []
     for prompt, completion, logged in zip(logs["prompt"], logs["completion"], logs["rewards"][name], strict=True):
-        text = completion[-1]["content"] if isinstance(completion, list) else completion
+        text = prefill + (completion[-1]["content"] if isinstance(completion, list) else completion)
         assert logged == pytest.approx(_env_reward(by_prompt[str(prompt)], text, stage, detector), abs=1e-6)
+        texts.append(text)
+    return texts
 
 
 def test_grpo_trains_on_the_detection_dataset_and_logs_the_envs_rewards(tiny_model_dir, tmp_path):
@@ -93,6 +97,40 @@ def test_grpo_trains_on_the_detection_dataset_and_logs_the_envs_rewards(tiny_mod
     trainer, optimizer_steps = _train(tiny_model_dir, tmp_path, dataset, DetectionReward(CONFIG))
     assert trainer.state.global_step == 2 and optimizer_steps == 2
     _check_logged(trainer, dataset, "spy_detection", "vote")
+
+
+def test_grpo_trains_on_prefilled_vote_prompts_and_scores_vote_tag_plus_completion(tiny_model_dir, tmp_path):
+    """TRL 1.16 opens a new assistant turn after a conversational prompt, so a prefilled ``<vote>``
+    reaches it as chat-template text that ends in ``<vote>``; the reward scores ``<vote>`` + completion."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    dataset = detection_dataset(CONFIG, num_games=2, seed=0, prefill_vote=True, tokenizer=tokenizer)
+    plain = detection_dataset(CONFIG, num_games=2, seed=0)
+    assert set(dataset["prefill"]) == {VOTE_PREFILL} and all(p.endswith(VOTE_PREFILL) for p in dataset["prompt"])
+    assert dataset["prompt"][0].startswith(tokenizer.apply_chat_template(plain["prompt"][0], tokenize=False))
+    trainer, optimizer_steps = _train(tiny_model_dir, tmp_path, dataset, DetectionReward(CONFIG), 4)
+    assert trainer.state.global_step == 2 and optimizer_steps == 2
+    texts = _check_logged(trainer, dataset, "spy_detection", "vote", prefill=VOTE_PREFILL)
+    assert all(t.startswith(VOTE_PREFILL) for t in texts)
+
+    # a prefilled completion's reward is the env's reward for the whole "<vote>..." text
+    columns = {k: dataset[k] for k in dataset.column_names if k != "prompt"}
+    completions = [f"{s + 1}</vote>" for s in dataset["spy_seat"]]
+    completions[1] = f"{dataset['seat'][1] + 1}</vote>"  # a vote for oneself: the env's penalty
+    completions[2] = "maybe 2"  # no closing tag: the env's parsing decides
+    rewards = DetectionReward(CONFIG)(dataset["prompt"], completions, **columns)
+    want = [_env_reward(r, VOTE_PREFILL + c, "vote") for r, c in zip(plain, completions, strict=True)]
+    assert rewards == pytest.approx(want) and rewards[0] == 1.0 and rewards[1] < 1.0
+    unprefilled = DetectionReward(CONFIG)(plain["prompt"], completions, **{k: plain[k] for k in plain.column_names})
+    assert rewards != unprefilled  # without the prefill, "3</vote>" has no opening tag
+
+
+def test_prefill_vote_without_a_tokenizer_is_a_conversation_ending_in_the_vote_tag():
+    dataset = detection_dataset(CONFIG, num_games=1, seed=0, prefill_vote=True)
+    assert all(p[-1] == {"role": "assistant", "content": VOTE_PREFILL} for p in dataset["prompt"])
+    with pytest.raises(ValueError, match="prefill_vote"):
+        detection_dataset(CONFIG, num_games=1, tokenizer="unused")
 
 
 def test_grpo_trains_on_the_spy_dataset_and_logs_the_envs_rewards(tiny_model_dir, tmp_path):

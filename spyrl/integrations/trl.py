@@ -6,6 +6,8 @@
 * :func:`detection_dataset` + :data:`detection_reward`: a civilian's vote prompt from real games whose
   seats were played by ``performers`` (default: heuristic); reward ``1[vote = spy]`` plus the vote's
   format penalties, computed by the environment itself.
+  With ``prefill_vote=True`` the prompt ends with ``<vote>`` already written and the reward scores
+  ``<vote>`` + completion.
 * :func:`spy_dataset` + :class:`GameReward`: the performing prompt of the spy (``role="spy"``) or of a
   civilian; the reward replays the game with the model's text in that seat against ``detectors``
   (default: heuristic, seeded per game) and returns the seat's performing reward.
@@ -31,6 +33,7 @@ if sys.version_info < (3, 11):  # pragma: no cover - TRL >= 1.16 itself needs 3.
     raise ImportError("spyrl.integrations.trl needs Python >= 3.11 (TRL >= 1.16 does); pip install 'spyrl[trl]'")
 
 __all__ = [
+    "VOTE_PREFILL",
     "DetectionReward",
     "GameReward",
     "SpyEnvironment",
@@ -53,9 +56,42 @@ def detection_dataset(
     seed: int = 0,
     performers: str | Sequence[str] = "heuristic",
     roles: Sequence[str] = ("civilian",),
+    prefill_vote: bool = False,
+    tokenizer: Any = None,
 ):
-    """Vote prompts of ``roles`` seats (default: civilians) from ``num_games`` games played by ``performers``."""
-    return _dataset(game_rows(config or GameConfig(), performers, num_games, seed, Stage.VOTE, roles))
+    """Vote prompts of ``roles`` seats (default: civilians) from ``num_games`` games played by ``performers``.
+
+    ``prefill_vote``: each prompt ends with the answer started, an assistant turn ``<vote>`` (column
+    ``prefill``), so a small model writes a vote within a few tokens; the reward scores ``<vote>`` +
+    completion, the same text the env would get. TRL 1.16's ``GRPOTrainer`` opens a new assistant turn
+    after a conversation, so pass ``tokenizer`` (a tokenizer or model name): the prompts are then the
+    chat template's text continuing ``<vote>`` (TRL's standard, non-conversational format).
+    """
+    rows = game_rows(config or GameConfig(), performers, num_games, seed, Stage.VOTE, roles)
+    if prefill_vote:
+        rows = _prefill(rows, VOTE_PREFILL, tokenizer)
+    elif tokenizer is not None:
+        raise ValueError("tokenizer is only used with prefill_vote=True")
+    return _dataset(rows)
+
+
+VOTE_PREFILL = "<vote>"
+
+
+def _prefill(rows: list[dict[str, Any]], prefill: str, tokenizer: Any) -> list[dict[str, Any]]:
+    if isinstance(tokenizer, str):
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+    out = []
+    for row in rows:
+        messages = [*row["prompt"], {"role": "assistant", "content": prefill}]
+        if tokenizer is not None:
+            messages = tokenizer.apply_chat_template(messages, tokenize=False, continue_final_message=True)
+            if not messages.endswith(prefill):
+                raise ValueError(f"tokenizer: its chat template does not end the prompt with {prefill!r}")
+        out.append({**row, "prompt": messages, "prefill": prefill})
+    return out
 
 
 def spy_dataset(
@@ -91,7 +127,8 @@ class _Reward:
     def details(self, completions: Sequence[Any], **columns: Any) -> list[dict[str, Any]]:
         """Per completion: ``reward``, ``reward_components`` and ``violations`` from the environment."""
         rows = self._rows(len(completions), columns)
-        texts = [completion_text(c) for c in completions]
+        prefills = columns.get("prefill") or [""] * len(completions)  # the answer's start, given in the prompt
+        texts = [(p or "") + completion_text(c) for p, c in zip(prefills, completions, strict=True)]
         return replay_rewards(self.config, rows, texts, self.stage, getattr(self, "_detectors", None))
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **columns: Any) -> list[float]:
