@@ -18,7 +18,7 @@ from typing import Any
 
 from spy_env.io import atomic_path
 
-__all__ = ["COLUMNS", "EpisodeBuffer", "checked_row", "features", "read_dataset", "row_problem"]
+__all__ = ["COLUMNS", "EpisodeBuffer", "checked_row", "features", "read_dataset", "reset_args", "row_problem"]
 
 # column -> (datasets feature spec, default)
 COLUMNS: dict[str, tuple[Any, Any]] = {
@@ -26,6 +26,7 @@ COLUMNS: dict[str, tuple[Any, Any]] = {
     "game_id": ("int64", 0),
     "game_seed": ("int64", 0),
     "document_id": ("string", ""),
+    "degrade_seed": ("int64", -1),  # with game_seed, document_id and spy_seat: the game's full reset options
     "group_id": ("int64", 0),
     "round": ("int32", 0),
     "stage": ("string", ""),
@@ -108,6 +109,26 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
         if value is not None and not math.isfinite(value):
             return f"{name} {value} is not a finite number"
     return None
+
+
+def reset_args(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``reset`` arguments that re-create a row's game: ``env.reset(**reset_args(row))``.
+
+    With the same :class:`~spy_env.GameConfig` the game's prompts come back exactly; replaying the
+    recorded completions in seat order gives its later prompts too.
+
+    >>> reset_args({"game_seed": 7, "document_id": "d", "spy_seat": 2, "degrade_seed": 11})
+    {'seed': 7, 'options': {'document_id': 'd', 'spy_seat': 2, 'degrade_seed': 11}}
+    """
+    missing = [k for k in ("document_id", "spy_seat", "degrade_seed") if row.get(k) in (None, "", -1)]
+    if missing:
+        raise ValueError(f"row lacks {', '.join(missing)}: it predates exact replays and cannot be re-created")
+    options = {
+        "document_id": row["document_id"],
+        "spy_seat": int(row["spy_seat"]),
+        "degrade_seed": int(row["degrade_seed"]),
+    }
+    return {"seed": int(row["game_seed"]), "options": options}
 
 
 def _normalise(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -144,6 +144,7 @@ class GameHost:
         self.seat_of = {agent: i for i, agent in enumerate(self.possible_agents)}
         self.np_random, self.np_random_seed = seeding.np_random(None)
         self.game: Game | None = None
+        self.reset_options: dict[str, Any] = {}
         self._obs_cache: dict[int, dict[str, Any]] = {}
         self._obs_key: tuple[int, Stage] | None = None
         self._observation_spaces: dict[str, spaces.Space] = {}
@@ -209,6 +210,8 @@ class GameHost:
         if index not in self._shingles:
             self._shingles[index] = shingles(document.text, cfg.copy_min_words)
         self.game = Game(cfg, self.task, document, spy_seat, degraded, self._shingles[index])
+        # What reset(seed=..., options=...) needs to re-create this game exactly (buffer rows carry it).
+        self.reset_options = {"document_id": document.id, "spy_seat": spy_seat, "degrade_seed": degrade_seed}
         self._obs_cache = {}
         self._obs_key = None
         return self.game
@@ -372,6 +375,11 @@ class _SpyEnvBase:
     def game(self) -> Game | None:
         """The underlying rules object (for inspection; step through the env)."""
         return self._core.game
+
+    @property
+    def reset_options(self) -> dict[str, Any]:
+        """The full options of the current game: ``reset(seed=s, options=env.reset_options)`` replays it."""
+        return dict(self._core.reset_options)
 
     def observation_space(self, agent: str) -> spaces.Space:
         return self._core.observation_space(agent)

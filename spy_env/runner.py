@@ -226,6 +226,7 @@ class Runner:
             "game_id": slot.index,
             "game_seed": slot.seed,
             "document_id": slot.game.document.id,
+            "degrade_seed": slot.host.reset_options["degrade_seed"],
             "group_id": slot.group_id,
             "round": round_,
             "stage": stage,

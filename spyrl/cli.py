@@ -858,6 +858,12 @@ def _add_baselines_command(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_baselines)
 
 
+def _add_serve_command(sub: argparse._SubParsersAction) -> None:
+    from spyrl.integrations.serve import add_serve_command  # imports no OpenEnv until the command runs
+
+    add_serve_command(sub)
+
+
 COMMANDS = (
     _add_play_command,
     _add_rollout_command,
@@ -869,6 +875,7 @@ COMMANDS = (
     _add_tournament_command,
     _add_bench_command,
     _add_baselines_command,
+    _add_serve_command,
 )  # in the order `spyrl --help` lists them
 
 

@@ -178,9 +178,6 @@ def test_no_config_field_is_held_by_two_configs():
 
 
 MAX_PARAMETERS = 8
-# trainers/loss.py's clipped_policy_loss (17 parameters) becomes one LossConfig record in issue #20,
-# which rewrites that file; it is named here, not skipped, and this entry goes when that lands.
-PARAMETER_LIMIT_PENDING = {"trainers/loss.py:clipped_policy_loss"}
 
 
 def test_no_function_takes_more_than_eight_parameters():
@@ -195,5 +192,4 @@ def test_no_function_takes_more_than_eight_parameters():
                     names = names[1:] if names[:1] in (["self"], ["cls"]) else names
                     if len(names) > MAX_PARAMETERS:
                         wide.append(f"{path.relative_to(ROOT)}:{node.name}")
-    assert sorted(set(wide) - PARAMETER_LIMIT_PENDING) == []
-    assert set(wide) >= PARAMETER_LIMIT_PENDING, "the pending entry is fixed: remove it from the list"
+    assert wide == []

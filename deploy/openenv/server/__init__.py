@@ -1,0 +1,1 @@
+"""The OpenEnv server package of spyrl's game (see openenv.yaml)."""

@@ -1,0 +1,233 @@
+"""spyrl.integrations.trl with TRL's real GRPOTrainer on the tiny model, on CPU (issue #21, item 1).
+
+The rewards TRL logs per completion are checked against the environment itself: the same game
+re-created from the row's reset options and played with the same texts through ``spy_env``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("trl")
+pytest.importorskip("torch")
+
+import spy_env
+from spy_env.rewards import weighted_reward
+from spyrl.integrations.trl import (
+    VOTE_PREFILL,
+    DetectionReward,
+    GameReward,
+    SpyEnvironment,
+    detection_dataset,
+    spy_dataset,
+)
+
+CONFIG = spy_env.GameConfig(n_players=4, max_document_chars=600)
+
+
+def _train(tiny_model_dir, tmp_path, dataset, reward, max_completion_length=12):
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    class CountSteps(TrainerCallback):
+        optimizer_steps = 0
+
+        def on_optimizer_step(self, args, state, control, **kwargs):
+            CountSteps.optimizer_steps += 1
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=max_completion_length,
+        max_steps=2,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        seed=0,
+    )
+    trainer = GRPOTrainer(
+        model=str(tiny_model_dir), reward_funcs=reward, args=args, train_dataset=dataset, callbacks=[CountSteps()]
+    )
+    trainer.train()
+    return trainer, CountSteps.optimizer_steps
+
+
+def _env_reward(row, text, stage, detector=None):
+    """The reward ``spy_env`` gives ``text`` in the row's seat: the game re-created and played again."""
+    env = spy_env.parallel_env(CONFIG, rounds=1)
+    options = {"document_id": row["document_id"], "spy_seat": row["spy_seat"], "degrade_seed": row["degrade_seed"]}
+    env.reset(seed=row["game_seed"], options=options)
+    me = env.possible_agents[row["seat"]]
+    perform = {a: row["performances"][env.seat_of[a]] for a in env.agents}
+    if stage == "perform":
+        perform[me] = text
+    observations = env.step(perform)[0]
+    if stage == "perform":
+        # one detector per game, seeded by the game, voting for every seat in one call
+        votes = dict(
+            zip(env.agents, detector(row["game_seed"]).act([observations[a] for a in env.agents]), strict=True)
+        )
+    else:
+        votes = {a: row["votes"][env.seat_of[a]] for a in env.agents}
+        votes[me] = text
+    comps = env.step(votes)[4][me]["reward_components"]
+    if stage == "perform":
+        return weighted_reward(CONFIG, perform=comps["perform"], penalty=comps["perform_penalty"])
+    return weighted_reward(CONFIG, detect=comps["detect"], penalty=comps["vote_penalty"])
+
+
+def _check_logged(trainer, dataset, name, stage, detector=None, prefill=""):
+    by_prompt = {str(r["prompt"]): r for r in dataset}
+    logs = trainer._logs
+    assert len(logs["completion"]) == 4  # the last generation batch: 1 prompt x 4 generations
+    texts = []
+    for prompt, completion, logged in zip(logs["prompt"], logs["completion"], logs["rewards"][name], strict=True):
+        text = prefill + (completion[-1]["content"] if isinstance(completion, list) else completion)
+        assert logged == pytest.approx(_env_reward(by_prompt[str(prompt)], text, stage, detector), abs=1e-6)
+        texts.append(text)
+    return texts
+
+
+def test_grpo_trains_on_the_detection_dataset_and_logs_the_envs_rewards(tiny_model_dir, tmp_path):
+    dataset = detection_dataset(CONFIG, num_games=2, seed=0)
+    assert set(dataset["role"]) == {"civilian"} and len(dataset) == 2 * 3
+    trainer, optimizer_steps = _train(tiny_model_dir, tmp_path, dataset, DetectionReward(CONFIG))
+    assert trainer.state.global_step == 2 and optimizer_steps == 2
+    _check_logged(trainer, dataset, "spy_detection", "vote")
+
+
+def test_grpo_trains_on_prefilled_vote_prompts_and_scores_vote_tag_plus_completion(tiny_model_dir, tmp_path):
+    """TRL 1.16 opens a new assistant turn after a conversational prompt, so a prefilled ``<vote>``
+    reaches it as chat-template text that ends in ``<vote>``; the reward scores ``<vote>`` + completion."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    dataset = detection_dataset(CONFIG, num_games=2, seed=0, prefill_vote=True, tokenizer=tokenizer)
+    plain = detection_dataset(CONFIG, num_games=2, seed=0)
+    assert set(dataset["prefill"]) == {VOTE_PREFILL} and all(p.endswith(VOTE_PREFILL) for p in dataset["prompt"])
+    assert dataset["prompt"][0].startswith(tokenizer.apply_chat_template(plain["prompt"][0], tokenize=False))
+    trainer, optimizer_steps = _train(tiny_model_dir, tmp_path, dataset, DetectionReward(CONFIG), 4)
+    assert trainer.state.global_step == 2 and optimizer_steps == 2
+    texts = _check_logged(trainer, dataset, "spy_detection", "vote", prefill=VOTE_PREFILL)
+    assert all(t.startswith(VOTE_PREFILL) for t in texts)
+
+    # a prefilled completion's reward is the env's reward for the whole "<vote>..." text
+    columns = {k: dataset[k] for k in dataset.column_names if k != "prompt"}
+    completions = [f"{s + 1}</vote>" for s in dataset["spy_seat"]]
+    completions[1] = f"{dataset['seat'][1] + 1}</vote>"  # a vote for oneself: the env's penalty
+    completions[2] = "maybe 2"  # no closing tag: the env's parsing decides
+    rewards = DetectionReward(CONFIG)(dataset["prompt"], completions, **columns)
+    want = [_env_reward(r, VOTE_PREFILL + c, "vote") for r, c in zip(plain, completions, strict=True)]
+    assert rewards == pytest.approx(want) and rewards[0] == 1.0 and rewards[1] < 1.0
+    unprefilled = DetectionReward(CONFIG)(plain["prompt"], completions, **{k: plain[k] for k in plain.column_names})
+    assert rewards != unprefilled  # without the prefill, "3</vote>" has no opening tag
+
+
+def test_prefill_vote_without_a_tokenizer_is_a_conversation_ending_in_the_vote_tag():
+    dataset = detection_dataset(CONFIG, num_games=1, seed=0, prefill_vote=True)
+    assert all(p[-1] == {"role": "assistant", "content": VOTE_PREFILL} for p in dataset["prompt"])
+    with pytest.raises(ValueError, match="prefill_vote"):
+        detection_dataset(CONFIG, num_games=1, tokenizer="unused")
+
+
+def test_grpo_trains_on_the_spy_dataset_and_logs_the_envs_rewards(tiny_model_dir, tmp_path):
+    from agents import HeuristicAgent
+
+    dataset = spy_dataset(CONFIG, num_games=3, seed=1)
+    assert set(dataset["role"]) == {"spy"} and dataset["seat"] == dataset["spy_seat"]
+    trainer, optimizer_steps = _train(tiny_model_dir, tmp_path, dataset, GameReward(CONFIG))
+    assert trainer.state.global_step == 2 and optimizer_steps == 2
+    _check_logged(trainer, dataset, "spy_game", "perform", detector=lambda seed: HeuristicAgent(seed=seed))
+
+
+def test_rewards_match_the_env_for_chosen_texts_and_junk_is_a_recorded_violation():
+    from agents import HeuristicAgent
+
+    votes = detection_dataset(CONFIG, num_games=3, seed=2)
+    columns = {k: votes[k] for k in votes.column_names if k != "prompt"}
+    texts = [f"<vote>{s + 1}</vote>" for s in votes["spy_seat"]]  # the right answer everywhere
+    texts[1] = "\x1b[31m" + "x" * 5000  # junk: no vote tag
+    rewards = DetectionReward(CONFIG)(
+        votes["prompt"], [[{"role": "assistant", "content": t}] for t in texts], **columns
+    )
+    assert rewards[0] == 1.0 and rewards[1] < 0
+    assert rewards == [pytest.approx(_env_reward(r, t, "vote")) for r, t in zip(votes, texts, strict=True)]
+    details = DetectionReward(CONFIG).details(texts, **columns)
+    assert details[1]["violations"] and not details[0]["violations"]
+
+    civilians = spy_dataset(CONFIG, num_games=2, seed=3, role="civilian")
+    assert set(civilians["role"]) == {"civilian"} and len(civilians) == 2 * 3
+    columns = {k: civilians[k] for k in civilians.column_names if k != "prompt"}
+    texts = ["The answer is \\boxed{7}.", "", *civilians["performances"][0][2:]] + ["x"] * 2
+    got = GameReward(CONFIG)(civilians["prompt"], texts, **columns)
+    assert got == GameReward(CONFIG)(civilians["prompt"], texts, **columns)  # seeded per game: repeatable
+    want = [
+        _env_reward(r, t, "perform", lambda s: HeuristicAgent(seed=s)) for r, t in zip(civilians, texts, strict=True)
+    ]
+    assert got == pytest.approx(want)
+
+
+def test_environment_factory_class_plays_one_seat_through_its_tools():
+    from agents import HeuristicAgent
+
+    row = spy_dataset(CONFIG, num_games=1, seed=4)[0]
+    env = SpyEnvironment(CONFIG)
+    assert env.reset(**row) is None  # the row's prompt already asks for the performance
+    with pytest.raises(ValueError, match="perform stage"):
+        env.vote(1)
+    vote_prompt = env.perform(row["performances"][row["seat"]])
+    assert "<vote>" in vote_prompt
+    outcome = env.vote((row["spy_seat"] + 1) % CONFIG.n_players + 1)
+    assert f"Player {row['spy_seat'] + 1}" in outcome
+    # the whole round's reward of the seat, as the env computes it with heuristic detectors
+    game = spy_env.parallel_env(CONFIG, rounds=1)
+    game.reset(seed=row["game_seed"], options={k: row[k] for k in ("document_id", "spy_seat", "degrade_seed")})
+    observations = game.step({a: row["performances"][game.seat_of[a]] for a in game.agents})[0]
+    others = [a for a in game.agents if game.seat_of[a] != row["seat"]]
+    votes = dict(zip(others, HeuristicAgent(seed=row["game_seed"]).act([observations[a] for a in others]), strict=True))
+    votes[game.possible_agents[row["seat"]]] = f"<vote>{(row['spy_seat'] + 1) % CONFIG.n_players + 1}</vote>"
+    rewards = game.step(votes)[1]
+    assert env.get_reward() == pytest.approx(rewards[game.possible_agents[row["seat"]]])
+
+
+@pytest.mark.slow  # ~60 s: the tool-calling path of TRL
+def test_grpo_runs_the_environment_factory_path(tiny_model_dir, tmp_path):
+    """TRL's multi-turn tool path with SpyEnvironment: TRL resets it with each row, exposes its tools
+    and takes get_reward as the reward. (The random tiny model calls no tool: its seat forfeits.)"""
+    import shutil
+
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+    from trl.chat_template_utils import qwen3_chat_template
+
+    model_dir = tmp_path / "tool-model"
+    shutil.copytree(tiny_model_dir, model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer.chat_template = qwen3_chat_template  # a template TRL can parse tool calls from
+    tokenizer.save_pretrained(model_dir)
+    dataset = spy_dataset(CONFIG, num_games=2, seed=5)
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=12,
+        max_steps=2,
+        max_tool_calling_iterations=2,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+    )
+    trainer = GRPOTrainer(
+        model=str(model_dir), args=args, train_dataset=dataset, environment_factory=lambda: SpyEnvironment(CONFIG)
+    )
+    assert {t.__name__ for t in trainer.tools} == {"perform", "vote"}
+    trainer.train()
+    assert trainer.state.global_step == 2
+    by_prompt = {str(r["prompt"]): r for r in dataset}
+    for prompt, logged in zip(trainer._logs["prompt"], trainer._logs["rewards"]["SpyEnvironment"], strict=True):
+        env = SpyEnvironment(CONFIG)
+        env.reset(**by_prompt[str(prompt)])
+        assert logged == pytest.approx(env.get_reward())  # the forfeited round, as the env scores it

@@ -1,0 +1,105 @@
+"""spyrl.integrations.verifiers: one episode end to end through verifiers' own machinery (loader,
+Env.run_episode, the null chat harness in a subprocess, its interception server) against a real
+`transformers serve` on 127.0.0.1 (issue #21, item 3).
+
+`transformers serve` ends a chat stream without OpenAI's ``data: [DONE]`` sentinel, which verifiers'
+interception server requires; a pass-through relay on 127.0.0.1 adds it and changes nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("verifiers.v1")
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+import httpx
+import verifiers.v1 as vf
+from verifiers.v1.utils.loaders import environment_class, load_environment
+
+import spy_env
+from spy_env.policy import chat_messages
+from spyrl.integrations.verifiers import SpyEnv, SpyEnvConfig
+from tests.conftest import free_port
+
+
+@pytest.fixture
+def done_relay(serve):
+    """127.0.0.1 relay to the real server that appends ``data: [DONE]`` to chat streams."""
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.responses import Response, StreamingResponse
+    from starlette.routing import Route
+
+    async def chat(request):
+        body = await request.json()
+        client = httpx.AsyncClient(base_url=serve.url, timeout=300)
+        if not body.get("stream"):
+            reply = await client.post("/v1/chat/completions", json=body)
+            await client.aclose()
+            return Response(reply.content, reply.status_code, media_type="application/json")
+
+        async def events():
+            async with client.stream("POST", "/v1/chat/completions", json=body) as reply:
+                async for chunk in reply.aiter_raw():
+                    yield chunk
+            await client.aclose()
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}/v1"
+    server.should_exit = True
+    thread.join(timeout=30)
+
+
+def test_the_loader_resolves_the_taskset_id_to_the_spy_env():
+    assert environment_class("spyrl-game") is SpyEnv
+    env = load_environment(SpyEnvConfig(taskset={"id": "spyrl-game", "n_players": 4, "num_games": 3}))
+    tasks = list(env.taskset)
+    assert len(tasks) == 3 and len({t.data.game_seed for t in tasks}) == 3
+
+
+@pytest.mark.slow
+def test_one_episode_end_to_end_against_a_real_server(done_relay, tiny_model_dir, monkeypatch):
+    monkeypatch.setenv("SPYRL_TEST_KEY", "unused")
+    config = SpyEnvConfig(taskset={"id": "spyrl-game", "n_players": 4, "num_games": 1})
+    env = load_environment(config)
+    task = next(iter(env.taskset))
+    client = vf.EvalClientConfig(base_url=done_relay, api_key_var="SPYRL_TEST_KEY")
+    ctx = vf.ModelContext(model=str(tiny_model_dir), client=client, sampling=vf.SamplingConfig(max_tokens=12))
+
+    async def play():
+        async with env.serving():
+            return await env.run_episode(task, ctx)
+
+    episode = asyncio.run(play())
+    assert episode.ok, episode.errors
+    assert sorted(t.agent.name for t in episode.traces) == ["civilian", "civilian", "civilian", "spy"]
+    # the same game in spy_env: its spy seat and first prompts are the ones the agents saw
+    game = spy_env.parallel_env(spy_env.GameConfig(n_players=4, rounds=1))
+    observations, _ = game.reset(seed=task.data.game_seed)
+    for trace in episode.traces:
+        seat = int(trace.metrics["seat"])
+        assert (trace.agent.name == "spy") == (seat == game.game.spy_seat)
+        assert trace.num_turns == 2  # perform, then vote
+        sent = next(n.message for n in trace.nodes if getattr(n.message, "role", "") == "user")
+        assert sent.content == chat_messages(observations[game.possible_agents[seat]])[-1]["content"]
+        assert set(trace.rewards) == {"detect", "perform", "penalty"}
+        weighted = sum(r.score * r.weight for r in trace.rewards.values())
+        assert trace.reward == pytest.approx(weighted)
+    # zero-sum performing rewards over the table, as in the env
+    assert sum(t.rewards["perform"].score for t in episode.traces) == pytest.approx(0.0, abs=1e-9)
