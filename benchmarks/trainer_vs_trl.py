@@ -74,19 +74,22 @@ def run_trl(model_path: str, out_dir: str, args) -> tuple[float, int, list[dict]
     return total - generation_seconds, tokens, batches
 
 
-def rows_from(batches: list[dict]) -> list[dict]:
+def rows_from(batches: list[dict]) -> list:
+    """TRL's generation batches as the trainer's samples (buffer-row fields and the advantage TRL computed)."""
+    from trainers.samples import Sample
+
     rows = []
     for b in batches:
         for i in range(b["prompt_ids"].shape[0]):
             prompt = b["prompt_ids"][i][b["prompt_mask"][i].bool()].tolist()
             completion = b["completion_ids"][i][b["completion_mask"][i].bool()].tolist()
             if completion:
-                rows.append({"prompt_token_ids": prompt, "completion_token_ids": completion,
-                             "advantage": float(b["advantages"][i])})  # fmt: skip
+                row = {"prompt_token_ids": prompt, "completion_token_ids": completion}
+                rows.append(Sample(row, float(b["advantages"][i])))
     return rows
 
 
-def run_spyrl(model_path: str, out_dir: str, rows: list[dict], args) -> tuple[float, int]:
+def run_spyrl(model_path: str, out_dir: str, rows: list, args) -> tuple[float, int]:
     from trainers import SpyRLConfig
     from trainers.grpo import SpyRLTrainer
 

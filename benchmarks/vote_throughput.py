@@ -59,7 +59,12 @@ def measure(name: str, iterations: int, out: str) -> dict:
             metrics = trainer.train_iteration()
             seconds += time.perf_counter() - start
             votes += int(metrics["samples/count"])
-    result = {"path": name, "seconds": seconds, "votes": votes, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}
+    result = {
+        "path": name,
+        "seconds": seconds,
+        "votes": votes,
+        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
+    }
     Path(out).write_text(json.dumps(result))
     return result
 
@@ -79,11 +84,23 @@ def main() -> int:
 
     for name in [x.strip() for x in args.paths.split(",") if x.strip()]:
         with tempfile.NamedTemporaryFile(suffix=".json") as f:
-            command = [sys.executable, __file__, "--one", name, "--iterations", str(args.iterations), "--result", f.name]
+            command = [
+                sys.executable,
+                __file__,
+                "--one",
+                name,
+                "--iterations",
+                str(args.iterations),
+                "--result",
+                f.name,
+            ]
             subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             results[name] = json.loads(Path(f.name).read_text())
         r = results[name]
-        print(f"{name:13s} {r['votes'] / r['seconds'] * 60:6.1f} votes/min  peak RSS {r['peak_rss_gb']:.2f} GB", flush=True)
+        print(
+            f"{name:13s} {r['votes'] / r['seconds'] * 60:6.1f} votes/min  peak RSS {r['peak_rss_gb']:.2f} GB",
+            flush=True,
+        )
     rate = {k: r["votes"] / r["seconds"] for k, r in results.items()}
     for base in ("generate-4", "generate-1"):
         if base in rate:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import warnings
 
+import spy_env.task_corpora  # noqa: F401  (registers govreport and writingprompts as corpus sources)
 from spy_env.config import GameConfig
 from spy_env.corpus import CorpusFilter, Document, load_corpus
 from spy_env.env import GameHost, SpyGame, env, make, parallel_env, raw_env

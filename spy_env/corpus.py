@@ -358,6 +358,16 @@ def _nemotron_access_error(reason: str) -> str:
     )
 
 
+# Named corpus sources beyond the built-in ones: ``name[:split]`` -> loader(name, filt, split=, max_documents=).
+# spy_env.task_corpora registers govreport and writingprompts (it imports this module, not the reverse).
+CORPUS_SOURCES: dict[str, Callable[..., list[Document]]] = {}
+
+
+def register_corpus_source(name: str, loader: Callable[..., list[Document]]) -> None:
+    """Make ``game.corpus="name[:split]"`` load through ``loader(name, filt, split=..., max_documents=...)``."""
+    CORPUS_SOURCES[name] = loader
+
+
 def load_corpus(
     source: str | Path | Sequence[Any] = "embedded",
     filt: CorpusFilter | None = None,
@@ -379,11 +389,9 @@ def load_corpus(
     if source == "nemotron" or source.startswith("nemotron:"):
         config = source.partition(":")[2] or "4plus"
         return load_hub(NEMOTRON_ID, config, filt=filt, max_documents=hub_limit)
-    if source.partition(":")[0] in ("govreport", "writingprompts"):  # the paper's other tasks' corpora
-        from spy_env.task_corpora import load_task_corpus
-
-        name, _, split = source.partition(":")
-        return load_task_corpus(name, filt, split=split or "train", max_documents=hub_limit)
+    name, _, split = source.partition(":")
+    if name in CORPUS_SOURCES:  # registered sources: the paper's other tasks' corpora (spy_env.task_corpora)
+        return CORPUS_SOURCES[name](name, filt, split=split or "train", max_documents=hub_limit)
     if source.startswith("hf:"):
         hub_id, _, config = source[3:].partition(":")
         return load_hub(hub_id, config or None, filt=filt, max_documents=hub_limit)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spy_env.corpus import CorpusFilter, Document, documents_from_rows
+from spy_env.corpus import CorpusFilter, Document, documents_from_rows, register_corpus_source
 
 __all__ = ["TASK_CORPORA", "TaskCorpus", "load_task_corpus"]
 
@@ -85,3 +85,7 @@ def load_task_corpus(
 
     stream = datasets.load_dataset(path or corpus.hub_id, corpus.config, split=split, streaming=True)
     return documents_from_rows(_rows(corpus, stream), filt, max_documents=max_documents, source=corpus.hub_id)[0]
+
+
+for _name in TASK_CORPORA:
+    register_corpus_source(_name, load_task_corpus)

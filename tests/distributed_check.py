@@ -60,17 +60,19 @@ def precision(dtype_name: str, out: str) -> None:
         save_file(tensors, out)
 
 
-def fixed_rows(n: int = 16) -> list[dict]:
-    """Vote rows with fixed token ids and advantages (the same on every process)."""
+def fixed_samples(n: int = 16) -> list:
+    """Vote samples with fixed token ids and advantages (the same on every process)."""
+    from trainers.samples import Sample
+
     g = torch.Generator().manual_seed(7)
     rows = []
     for _ in range(n):
         length = int(torch.randint(1, 6, (1,), generator=g))
-        rows.append({
+        row = {
             "prompt_token_ids": torch.randint(5, 200, (10,), generator=g).tolist(),
             "completion_token_ids": torch.randint(5, 200, (length,), generator=g).tolist(),
-            "advantage": float(torch.randn(1, generator=g)),
-        })  # fmt: skip
+        }
+        rows.append(Sample(row, float(torch.randn(1, generator=g))))
     return rows
 
 
@@ -90,7 +92,7 @@ def update(out: str) -> None:
         before = [p.detach().float().clone() for p in trainer.unwrapped.parameters()]
         buffer = trainer.rollouts()
         played = sorted({r["document_id"] for r in buffer})
-        rows = fixed_rows()
+        rows = fixed_samples()
         share = len(rows) // trainer.accelerator.num_processes
         trainer.update(rows[trainer.rank * share : (trainer.rank + 1) * share], "detect")
         weights = fp32_weights(trainer.optimizer, trainer.unwrapped.parameters())

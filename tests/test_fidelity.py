@@ -151,11 +151,11 @@ def test_paper_preset_trains_the_spys_vote_inside_the_detection_group():
     adv = advantages_by(SpyRLTrainer.select_samples(fake_trainer(paper), rows, "detect")[0])
     assert adv[4] > 0 and adv[3] < 0
     # each flag alone: an untrained spy's vote still joins the group (spy_vote_in_group) without training
-    untrained = SpyRLConfig.preset(PAPER, train_spy_vote=False)
+    untrained = SpyRLConfig.preset(PAPER, game={"train_spy_vote": False})
     rows = game_rows(0, [4, 4, 4, 4, 1], spy=4, config=untrained)
     adv = advantages_by(SpyRLTrainer.select_samples(fake_trainer(untrained), rows, "detect")[0])
     assert sorted(adv) == [0, 1, 2, 3] and all(adv[s] == pytest.approx(0.2 / (0.4 + 1e-4)) for s in range(4))
-    civilians_only = SpyRLConfig.preset(PAPER, train_spy_vote=False, spy_vote_in_group=False)
+    civilians_only = SpyRLConfig.preset(PAPER, game={"train_spy_vote": False}, spy_vote_in_group=False)
     rows = game_rows(0, [4, 4, 4, 4, 1], spy=4, config=civilians_only)
     adv = advantages_by(SpyRLTrainer.select_samples(fake_trainer(civilians_only), rows, "detect")[0])
     assert sorted(adv) == [0, 1, 2, 3] and all(v == 0.0 for v in adv.values())

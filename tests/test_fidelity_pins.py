@@ -59,7 +59,7 @@ def test_detection_to_performing_needs_accuracy_and_na_and_back_on_either():
 
     def run(pairs, k_min=1, **kw):
         c = StageController(ema=0.0, k_min=k_min, **kw)
-        return [c.update(acc, na) for acc, na in pairs]
+        return [c.update(acc, na).schedule_name for acc, na in pairs]
 
     assert run([(0.95, 0.11)]) == ["detect"]  # na blocks
     assert run([(0.95, 0.10)]) == ["perform"]  # both at their thresholds or better
@@ -73,7 +73,7 @@ def test_detection_to_performing_needs_accuracy_and_na_and_back_on_either():
     assert run([*to_perform, (0.75, 0.0)], err_high=0.2) == ["perform", "detect"]
     assert run([*to_perform, (0.95, 0.3)], na_high=0.3) == ["perform", "detect"]
     smooth = StageController(ema=0.25, k_min=1)  # acc_ema = ρ·prev + (1 − ρ)·acc, the first value initialises it
-    assert [smooth.update(acc, 0.0) for acc in (0.5, 1.0, 1.0)] == ["detect", "detect", "perform"]
+    assert [smooth.update(acc, 0.0).schedule_name for acc in (0.5, 1.0, 1.0)] == ["detect", "detect", "perform"]
     assert smooth.acc_ema == pytest.approx(0.25 * (0.25 * 0.5 + 0.75) + 0.75)
 
 
@@ -124,7 +124,7 @@ def test_heldout_split_is_by_id_hash_and_is_what_training_plays():
 def test_dapo_denominator_is_the_whole_mini_batch_across_micro_batches(tmp_path):
     """One mini-batch of 16 rows trained in 1 or in 4 micro-batches makes the same update (token-mean
     over the mini-batch), for vote (action) and performance (token) ratios."""
-    from tests.distributed_check import fixed_rows
+    from tests.distributed_check import fixed_samples
     from trainers import SpyRLTrainer
     from trainers.precision import fp32_weights
 
@@ -138,7 +138,7 @@ def test_dapo_denominator_is_the_whole_mini_batch_across_micro_batches(tmp_path)
             )  # fmt: skip
             trainer = SpyRLTrainer(config)
             before = [p.detach().clone() for p in trainer.unwrapped.parameters()]
-            trainer.update(fixed_rows(), stage)
+            trainer.update(fixed_samples(), stage)
             after = fp32_weights(trainer.optimizer, trainer.unwrapped.parameters())
             results.append((before, after))
         (b1, a1), (_, a4) = results

@@ -48,7 +48,7 @@ def vote_observations(n_games=4, n_players=3):
 
 
 def test_the_choice_is_scored_under_its_renormalised_distribution(tiny):
-    model, tokenizer = tiny
+    model, _tokenizer = tiny
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(5, 200, (12,), generator=g).tolist() for _ in range(3)]
     completions = [torch.randint(5, 200, (4,), generator=g).tolist() for _ in range(3)]

@@ -108,7 +108,9 @@ def _batching(config: Any) -> None:
 def _votes(config: Any) -> None:
     if config.vote_gradient != "sampled" and (config.vote_mode == "free" or config.generation != "hf"):
         # a free vote has no choice step, and vLLM rollouts do not record which tokens were allowed
-        raise _bad(config, "vote_gradient", "'sampled' unless vote_mode is constrained or think-then-vote with generation hf")
+        raise _bad(
+            config, "vote_gradient", "'sampled' unless vote_mode is constrained or think-then-vote with generation hf"
+        )
     if config.forward_votes and (config.vote_mode != "constrained" or config.generation != "hf" or config.top_p < 1):
         raise _bad(config, "forward_votes", "False unless vote_mode is 'constrained', generation 'hf' and top_p 1")
 
