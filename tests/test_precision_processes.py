@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.distributed_check import fixed_rows  # noqa: E402
+from tests.distributed_check import fixed_samples  # noqa: E402
 from trainers import SpyRLConfig, SpyRLTrainer  # noqa: E402
 from trainers.precision import MasterAdamW, fp32_weights  # noqa: E402
 from trainers.update import mini_batch_size  # noqa: E402
@@ -98,7 +98,7 @@ def test_trainer_uses_master_weights_for_bf16(tmp_path):
         assert isinstance(trainer.optimizer, MasterAdamW)
         before = [p.detach().float().clone() for p in trainer.unwrapped.parameters()]
         for _ in range(3):
-            trainer.update(fixed_rows(), "detect")
+            trainer.update(fixed_samples(), "detect")
         after = fp32_weights(trainer.optimizer, trainer.unwrapped.parameters())
         changed[dtype] = torch.cat([(a != b).flatten() for a, b in zip(after, before, strict=True)]).float().mean()
     assert changed["float32"] > 0.5
@@ -186,7 +186,7 @@ def test_a_bf16_checkpoint_keeps_the_fp32_masters(tmp_path):
         keep_buffers=False, progress=False, report_to=[], micro_batch_size=16, mini_batch_size=16,
     )  # fmt: skip
     trainer = SpyRLTrainer(config)
-    trainer.update(fixed_rows(), "detect")
+    trainer.update(fixed_samples(), "detect")
     trainer.save_checkpoint()
     masters = fp32_weights(trainer.optimizer, trainer.unwrapped.parameters())
     rounded = [p.detach().float() for p in trainer.unwrapped.parameters()]
