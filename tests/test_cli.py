@@ -12,8 +12,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# Set in this process by in-process main() calls of other tests (the CLI quiets the libraries through them);
+# a user's fresh shell does not have them, and --verbose could not bring a bar back through them.
+QUIETING_VARIABLES = ("HF_HUB_DISABLE_PROGRESS_BARS", "TRANSFORMERS_VERBOSITY", "TRANSFORMERS_NO_ADVISORY_WARNINGS")
+
+
 def spyrl(*args, timeout=300, stderr=False):
-    env = dict(os.environ, COLUMNS="160")
+    env = {k: v for k, v in os.environ.items() if k not in QUIETING_VARIABLES}
+    env["COLUMNS"] = "160"
     proc = subprocess.run(
         [sys.executable, "-m", "spyrl", *args],
         capture_output=True,

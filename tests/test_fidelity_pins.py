@@ -229,3 +229,26 @@ def test_nemotron_spec_streams_config_4plus_and_its_first_rows(monkeypatch):
     stream = iter([{"id": f"d{i}", "text": f"document {i} " + "x" * 200} for i in range(50)])
     docs, _ = corpus.documents_from_rows(stream, max_documents=5)
     assert [d.id for d in docs] == ["d0", "d1", "d2", "d3", "d4"]  # the first rows, in stream order
+
+
+def test_the_mutation_check_is_current(monkeypatch):
+    """benchmarks/mutants.py stays applicable as the code moves: every FIDELITY row has a mutant, every
+    mutant names a row of the table, and each of its substitutions finds its text exactly once (a stale
+    mutant would otherwise be reported as an error only when someone runs the 10-minute check)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("mutants", root / "benchmarks" / "mutants.py")
+    mutants = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "mutants", mutants)  # its dataclasses look their module up
+    spec.loader.exec_module(mutants)
+    rows = mutants.named_tests()
+    assert set(rows) == {x.row for x in mutants.MUTANTS}
+    assert all(rows[row] for row in rows)  # every row names at least one test
+    for mutant in mutants.MUTANTS:
+        source = (root / mutant.path).read_text(encoding="utf-8")
+        for old, new in mutant.edits:  # applied in order, as the script does
+            assert old != new and source.count(old) == 1, (mutant.row, mutant.name, old)
+            source = source.replace(old, new)
