@@ -22,6 +22,7 @@ from agents.registry import BACKENDS, backend_of, spec_forms
 from spy_env.config import GameConfig
 from spy_env.degrade import DEGRADERS
 from spy_env.display import markup_safe, terminal_safe
+from spy_env.extras import Extra, require
 from spy_env.stage import Stage
 from spy_env.tasks import TASKS
 
@@ -211,12 +212,9 @@ def _check_parent(parent: Path, flag: str, path: Path) -> None:
         raise ValueError(f"{flag} {path}: folder {existing} is not writable")
 
 
-def _require_matplotlib(what: str) -> None:
+def _require_matplotlib(what: str, extra: str = "spyrl[tournament]") -> None:
     """Fail before the work, not after it, when the output needs matplotlib."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError as e:
-        raise ImportError(f"the {what} needs matplotlib: pip install matplotlib") from e
+    require([Extra("matplotlib", extra, what)])
 
 
 def check_input(path: str | os.PathLike, what: str) -> Path:
@@ -523,6 +521,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.print_config:
         print(config.to_yaml(), end="")
         return 0
+    from trainers.extras import training_extras
+
+    require(training_extras(config, plots=True))  # before the work: the curves are drawn after it
     _check_run_folder(Path(config.output_dir), resume=args.resume)
     from trainers.grpo import SpyRLTrainer
     from trainers.plot import plot_run
@@ -569,7 +570,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     if args.chart:
         check_output(args.chart, overwrite=args.overwrite, suffixes=(".png",), flag="--chart")
-        _require_matplotlib("--chart")
+        _require_matplotlib("--chart", "spyrl[eval]")
+    if args.alignment:
+        _require_matplotlib("the alignment plot", "spyrl[eval]")
+    elif args.game:
+        _require_matplotlib("the game evaluation's chart.png")
+    elif not args.compare:  # benchmarks are scored after every completion is generated
+        require([Extra("math_verify", "spyrl[eval]", "scoring math benchmarks")])
     if args.compare:
         return _eval_compare(args)
     if not args.model:

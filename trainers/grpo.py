@@ -45,6 +45,7 @@ import torch
 from agents.hf import resolve_device
 from spy_env.buffer import EpisodeBuffer
 from spy_env.config import GameConfig
+from spy_env.extras import require
 from spy_env.heldout import evaluate_heldout, summarize
 from spy_env.metrics import game_metrics
 from spy_env.policy import RolloutPolicy
@@ -55,6 +56,7 @@ from trainers import processes
 from trainers.algorithm import RAEBaselines, StageController, add_penalties, controller_signals
 from trainers.config import SpyRLConfig
 from trainers.documents import epoch_documents, training_documents
+from trainers.extras import training_extras
 from trainers.logprobs import sequence_logps
 from trainers.loss import LossConfig, LossScale, loss_items
 from trainers.metrics import iteration_metrics
@@ -83,6 +85,7 @@ class SpyRLTrainer:
     """GRPO for SpyRL with alternating stages and RAE (see the module docstring)."""
 
     def __init__(self, config: SpyRLConfig, resume_from: str | Path | None = None) -> None:
+        require(training_extras(config))  # a missing tracker or peft fails now, not after the first iteration
         self.config = config
         self.output_dir = Path(config.output_dir)
         if resume_from:  # a bad checkpoint fails here, before anything is built or written

@@ -1,0 +1,47 @@
+"""What a training run will import, read from its config before the first iteration.
+
+``spyrl train`` and :class:`trainers.SpyRLTrainer` check these first, so a missing package is a
+one-line error in the first seconds, not a failure after the run's work (the chart, a tracker's
+first log, the first LoRA update).
+
+>>> from trainers.config import SpyRLConfig
+>>> [extra.module for extra in training_extras(SpyRLConfig(model="tiny", report_to=["jsonl", "wandb"]))]
+['torch', 'transformers', 'accelerate', 'safetensors', 'wandb']
+"""
+
+from __future__ import annotations
+
+from spy_env.extras import Extra
+from trainers.config import SpyRLConfig
+
+__all__ = ["PLOTS", "training_extras"]
+
+TRAIN = "spyrl[train]"
+# The training curves (``spyrl train`` draws them when the run ends; ``spyrl plot`` on request).
+PLOTS = Extra("matplotlib", TRAIN, "the training curves")
+SINKS = {
+    "wandb": Extra("wandb", "wandb", "report_to wandb"),
+    "trackio": Extra("trackio", "trackio", "report_to trackio"),
+    "tensorboard": Extra("tensorboard", "tensorboard", "report_to tensorboard"),
+}
+
+
+def training_extras(config: SpyRLConfig, *, plots: bool = False) -> list[Extra]:
+    """The optional packages a run with ``config`` imports; ``plots`` adds the curves' matplotlib."""
+    needs = [
+        Extra("torch", TRAIN, "training"),
+        Extra("transformers", TRAIN, "training"),
+        Extra("accelerate", TRAIN, "training"),
+        Extra("safetensors", TRAIN, "checkpoints"),
+    ]
+    if config.model == "smollm2":
+        needs.append(Extra("gguf", "spyrl[hf]", "converting the smollm2 model"))
+    if config.lora_r:
+        needs.append(Extra("peft", TRAIN, f"lora_r={config.lora_r}"))
+    if config.generation != "hf":
+        needs.append(Extra("vllm", "spyrl[vllm]", f"generation={config.generation}"))
+        needs.append(Extra("trl", "spyrl[trl]", f"generation={config.generation}"))
+    needs.extend(SINKS[sink] for sink in config.report_to if sink in SINKS)
+    if plots:
+        needs.append(PLOTS)
+    return needs
