@@ -33,9 +33,11 @@ from typing import Any
 
 from agents.hf import HFPolicy
 from spy_env.config import GameConfig
+from spy_env.extras import require
 from spy_env.heldout import METRICS, evaluate_heldout, paired_difference, summarize
 from spy_env.io import save_figure, write_text
 from trainers import SpyRLConfig, SpyRLTrainer
+from trainers.extras import PLOTS
 from trainers.policies import learner_policy, seat_policy
 
 ROWS = {"selfplay": {"performer": "self"}, "heuristic": {"performer": "heuristic"}}
@@ -161,6 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save-model", default=None, help="also save each trained model under this folder")
     p.add_argument("--quick", action="store_true", help="a few-minute run of the same pipeline")
     args = p.parse_args(argv)
+    try:
+        require([PLOTS])  # the chart is drawn after the training, not before
+    except ImportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     defaults = (1, 4, 1, 0) if args.quick else (None, 32, 1, 8)  # iterations None: the preset's
     for name, value in zip(("iterations", "eval_games", "eval_every", "default_games"), defaults, strict=True):
         if getattr(args, name) is None:

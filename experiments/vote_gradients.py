@@ -39,9 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from spy_env.config import GameConfig
+from spy_env.extras import require
 from spy_env.heldout import METRICS, evaluate_heldout, paired_difference, summarize
 from spy_env.io import save_figure, write_text
 from trainers import SpyRLConfig, SpyRLTrainer
+from trainers.extras import PLOTS
 from trainers.policies import learner_policy, seat_policy
 
 ROWS: dict[str, dict[str, Any]] = {
@@ -206,6 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save-model", default=None, help="save the expected row's trained model in this folder")
     p.add_argument("--quick", action="store_true", help="a few-minute run of the same pipeline")
     args = p.parse_args(argv)
+    try:
+        require([PLOTS])  # the chart is drawn after the training, not before
+    except ImportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     defaults = {"iterations": 2, "eval_games": 3, "eval_every": 1, "default_games": 0} if args.quick else {}
     defaults = {"iterations": 20, "eval_games": 32, "eval_every": 10, "default_games": 6, **defaults}
     for name, value in defaults.items():
