@@ -25,10 +25,13 @@ civilian votes on the spy) with its 95% bootstrap interval over games:
 
 For each setting the JSON records the spy's-performance-is-the-shortest share, the strongest rule
 (the highest detection accuracy among the four rules) and, where the results are committed, the
-model's numbers on the same games. Writes ``rule_baselines.json`` (atomically) and prints a
-Markdown table.
+model's numbers on the same games. ``--base-model SETTINGS`` also scores the base SmolLM2 on eased
+settings as the experiments do (greedy constrained votes; on ``eased-heldout`` it reproduces
+``vote_gradients.json``'s base). Writes ``rule_baselines.json`` (atomically) and prints a Markdown table.
 
-    python experiments/rule_baselines.py --out docs/experiment/rule_baselines.json     # about 2 min
+    python experiments/rule_baselines.py --out /tmp/rules.json          # the rules alone: about 2 min
+    python experiments/rule_baselines.py --base-model matched-heldout,eased-heldout \
+        --out docs/experiment/rule_baselines.json                        # the committed file: 22 min, 2-core CPU
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import argparse
 import json
 import math
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -224,6 +228,27 @@ def models() -> dict[str, Any]:
     return out
 
 
+def base_model(settings_by_name: dict[str, Setting], names: list[str]) -> dict[str, Any]:
+    """The base SmolLM2's greedy votes on ``names`` (eased 3-player settings), evaluated as the experiments do
+    (``vote_gradients.evaluate``: the trainer's learner policy, constrained votes in one forward pass)."""
+    from trainers import SpyRLTrainer
+    from trainers.policies import learner_policy, seat_policy
+
+    out = {}
+    with tempfile.TemporaryDirectory() as runs:
+        trainer = SpyRLTrainer(replace(preset(), output_dir=runs, progress=False, keep_buffers=False))
+        trainer.model.eval()
+        policy = learner_policy(trainer.config, trainer.unwrapped, trainer.tokenizer, greedy=True)
+        for name in names:
+            setting = settings_by_name[name]
+            seat = seat_policy(replace(trainer.config, performer=setting.performer), policy)
+            _, games = evaluate_heldout(
+                [seat] * setting.config.n_players, setting.config, setting.documents, setting.games, seed=setting.seed
+            )
+            out[name] = {m: interval([g[m] for g in games]) for m in ("detection_accuracy", "expected_accuracy")}
+    return out
+
+
 def table(results: dict[str, Any]) -> str:
     lines = [
         "| setting | games | chance | " + " | ".join(VOTERS) + " | strongest rule | spy's performance shortest |",
@@ -248,14 +273,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-games", type=int, default=400, help="games of eased-train / matched-train")
     p.add_argument("--baseline-games", type=int, default=500, help="games per degradation of baselines-*")
     p.add_argument("--only", default="", help="comma-separated setting names (default: all)")
+    p.add_argument(
+        "--base-model",
+        default="",
+        help="also score the base SmolLM2 on these eased settings (comma-separated; CPU minutes)",
+    )
     args = p.parse_args(argv)
     if min(args.train_games, args.baseline_games) < 1:
         print("error: --train-games and --baseline-games must be >= 1", file=sys.stderr)
         return 2
     only = {s.strip() for s in args.only.split(",") if s.strip()}
+    by_name = {s.name: s for s in settings(args.train_games, args.baseline_games)}
+    model_on = [s.strip() for s in args.base_model.split(",") if s.strip()]
+    eased = sorted(name for name, setting in by_name.items() if setting.config.n_players == 3)
+    if any(name not in eased for name in model_on):
+        print(f"error: --base-model takes eased settings among {eased}, got {args.base_model!r}", file=sys.stderr)
+        return 2
     start = time.perf_counter()
     chosen: list[Callable[[], dict[str, Any]]] = []
-    for setting in settings(args.train_games, args.baseline_games):
+    for setting in by_name.values():
         if not only or setting.name in only:
             chosen.append(lambda s=setting: {s.name: run_setting(s)})
     if not only or only & {"detect-v1", "detect-v1-first48"}:
@@ -265,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     for job in chosen:
         results["settings"].update(job())
     results["models"] = models()
+    if model_on:
+        results["base_model_measured"] = base_model(by_name, model_on)
     results["minutes"] = (time.perf_counter() - start) / 60
     write_text(Path(args.out), json.dumps(results, indent=1) + "\n")
     print(table(results))

@@ -154,3 +154,10 @@ def test_readme_first_result_names_the_strongest_rule_on_the_same_games():
     first_row = rows[2]  # after the header and the separator
     assert "shorter" in first_row and f"`{rule}`" in first_row and f"{score:.3f}" in first_row
     assert not math.isnan(score)
+
+
+def test_rule_experiment_refuses_bad_arguments_with_exit_2(capsys):
+    experiment = _experiment()
+    assert experiment.main(["--base-model", "detect-v1"]) == 2
+    assert experiment.main(["--train-games", "0"]) == 2
+    assert capsys.readouterr().err.count("error:") == 2
