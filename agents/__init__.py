@@ -23,7 +23,7 @@ from spy_env.policy import Action, Policy, chat_messages
 
 # The modules of the built-in backends register them on import, in this order: the order of the
 # table and of the forms listed in messages and help texts.
-BUILTIN_BACKEND_MODULES = ("scripted", "hf", "smollm2", "vllm_backend", "openai_compat", "human")
+BUILTIN_BACKEND_MODULES = ("scripted", "rules", "hf", "smollm2", "vllm_backend", "openai_compat", "human")
 for _module in BUILTIN_BACKEND_MODULES:
     importlib.import_module(f"agents.{_module}")
 del _module

@@ -1,27 +1,38 @@
-"""Scripted baselines: ``random`` and ``heuristic`` (lexical), no model involved.
+"""Scripted baselines: ``random``, ``heuristic`` (lexical) and ``heuristic-matched``, no model involved.
 
-Both read only the structured observation fields (``copy``, ``performances``,
+All read only the structured observation fields (``copy``, ``performances``,
 ``vote_targets``, ``stage``), never the rendered prompt.
 
 The heuristic performs from the first numbers and the most frequent terms of its copy and, in
 the detection stage, votes for the performance least consistent with its copy: the share of
 the performance's numbers that are among the salient numbers of the voter's own copy, plus
 the share of its terms found there. When every candidate scores the same it abstains.
+
+``heuristic-matched`` votes as the heuristic and performs in the same form, matched in surface:
+every performance is exactly :data:`MATCHED_CHARS` characters long and names exactly
+:data:`MATCHED_NUMBERS` quantities (eight numbers in all, with their sum twice). Numbers and terms
+its copy lacks (all of them under ``blank``) are another document's (a training document of the
+embedded corpus, chosen by its seeded generator), and a fixed filler sentence pads the problem to
+the length. As the game's performer it makes an eased game whose spy no rule on length or number
+count can find (``agents/rules.py``): only what the performance says, compared with one's own
+copy, separates the spy.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
+from decimal import Decimal
 
 import numpy as np
 
 from agents.registry import any_argument, register_backend
-from spy_env.policy import Observation
+from spy_env.policy import Observation, Policy
 from spy_env.stage import Stage
 
-__all__ = ["HeuristicAgent", "RandomAgent"]
+__all__ = ["MATCHED_CHARS", "MATCHED_NUMBERS", "HeuristicAgent", "MatchedHeuristicAgent", "RandomAgent"]
 
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w])")
 _TERM = re.compile(r"[A-Za-z]{5,}")
@@ -78,7 +89,8 @@ _STOP = frozenset(
 )
 
 
-def _numbers(text: str) -> list[str]:
+def numbers_in(text: str) -> list[str]:
+    """The numbers of ``text`` as the scripted agents read them (digits, an optional decimal part)."""
     return _NUMBER.findall(text)
 
 
@@ -87,7 +99,8 @@ def _terms(text: str, k: int) -> list[str]:
     return [w for w, _ in counts.most_common(k)]
 
 
-def _legal(observation: Observation) -> list[int]:
+def legal_seats(observation: Observation) -> list[int]:
+    """The seats a vote may name, from the observation's ``vote_targets``."""
     return [int(s) for s in np.flatnonzero(observation["vote_targets"])]
 
 
@@ -105,7 +118,7 @@ class RandomAgent:
         if Stage.of(obs["stage"]) is Stage.PERFORM:
             a, b = (int(x) for x in self.rng.integers(1, 100, size=2))
             return f"Problem: what is {a} + {b}?\nSolution: {a} + {b} = {a + b}, so the answer is $\\boxed{{{a + b}}}$."
-        legal = _legal(obs)
+        legal = legal_seats(obs)
         if not legal:
             return "<vote>N/A</vote>"
         return f"<vote>{int(self.rng.choice(legal)) + 1}</vote>"
@@ -126,7 +139,7 @@ class HeuristicAgent:
 
     def _salient(self, copy: str) -> list[str]:
         seen: dict[str, None] = {}
-        for number in _numbers(copy):
+        for number in numbers_in(copy):
             seen.setdefault(number)
             if len(seen) == self.n_numbers:
                 break
@@ -150,14 +163,14 @@ class HeuristicAgent:
         )
 
     def _vote(self, obs: Observation) -> str:
-        legal = _legal(obs)
+        legal = legal_seats(obs)
         copy = obs["copy"]
         salient = set(self._salient(copy))
         own_terms = set(_terms(copy, 30))
         scores = {}
         for seat in legal:
             text = obs["performances"][seat]
-            numbers = _numbers(text)
+            numbers = numbers_in(text)
             terms = _terms(text, 10)
             number_score = sum(n in salient for n in numbers) / len(numbers) if numbers else 0.0
             term_score = sum(t in own_terms for t in terms) / len(terms) if terms else 0.0
@@ -170,17 +183,84 @@ class HeuristicAgent:
         return f"Player {pick + 1}'s performance matches my copy least. <vote>{pick + 1}</vote>"
 
 
-def _scripted(name: str, agent: type[RandomAgent] | type[HeuristicAgent]):
+MATCHED_CHARS = 360
+MATCHED_NUMBERS = 3
+_MATCHED_NUMBER_CHARS = 8  # longer numbers of the copy are skipped, so every performance fits MATCHED_CHARS
+_MATCHED_TERM_CHARS = 12
+_FILLER = "Each quantity is read from the text as written and every step is shown. "
+_DECOY_CHARS = 600
+
+
+@functools.cache
+def _decoys() -> tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]:
+    """(terms, numbers) of every training document of the embedded corpus with three of each.
+
+    What a matched performer writes about when its copy lacks terms or numbers: another document's,
+    so a performance from an empty copy reads like one from a real copy (a fixed word list would be
+    a shortcut of its own). Held-out documents (``spy_env.corpus.split_documents``) are never used.
+    """
+    from spy_env.corpus import CorpusFilter, load_corpus, split_documents
+
+    documents = split_documents(load_corpus("embedded", CorpusFilter(truncate=_DECOY_CHARS)))[0]
+    matched = MatchedHeuristicAgent(seed=0)
+    pairs = ((tuple(_terms(d.text, 3)), tuple(matched._salient(d.text))) for d in documents)
+    return tuple((terms, numbers) for terms, numbers in pairs if len(terms) == len(numbers) == MATCHED_NUMBERS)
+
+
+class MatchedHeuristicAgent(HeuristicAgent):
+    """The heuristic, performing in matched form: :data:`MATCHED_CHARS` characters, :data:`MATCHED_NUMBERS` numbers.
+
+    A performance names three quantities (its copy's first distinct numbers of at most 8
+    characters), three terms (its copy's most frequent), their sum twice, and a fixed filler cut to
+    the length: every performance holds eight numbers and ``chars`` characters whatever the copy.
+    What the copy lacks comes from a decoy document drawn by the seeded generator, so it is
+    deterministic given the seed and the sequence of observations (like ``random``); a copy with
+    three numbers and three terms draws nothing.
+    """
+
+    def __init__(self, seed: int | None = 0, name: str = "heuristic-matched", chars: int = MATCHED_CHARS) -> None:
+        super().__init__(seed=seed, name=name, n_numbers=MATCHED_NUMBERS)
+        self.chars = chars
+
+    def _salient(self, copy: str) -> list[str]:
+        seen = dict.fromkeys(n for n in numbers_in(copy) if len(n) <= _MATCHED_NUMBER_CHARS)
+        return list(seen)[: self.n_numbers]
+
+    def _perform(self, obs: Observation) -> str:
+        copy = obs["copy"]
+        numbers = self._salient(copy)
+        terms = _terms(copy, 3)
+        if len(numbers) < self.n_numbers or len(terms) < 3:
+            decoy_terms, decoy_numbers = _decoys()[int(self.rng.integers(len(_decoys())))]
+            numbers += [n for n in decoy_numbers if n not in numbers][: self.n_numbers - len(numbers)]
+            terms += [t for t in decoy_terms if t not in terms][: 3 - len(terms)]
+        terms = [t[:_MATCHED_TERM_CHARS] for t in terms]
+        shown = format(sum(Decimal(n) for n in numbers), "f")
+        problem = (
+            f"Problem: The source discusses {', '.join(terms)}. Using its quantities {', '.join(numbers)}, "
+            "compute their sum."
+        )
+        solution = f"\nSolution: {' + '.join(numbers)} = {shown}. $\\boxed{{{shown}}}$"
+        pad = self.chars - len(problem) - len(solution)
+        if pad < 0:
+            raise ValueError(f"MatchedHeuristicAgent.chars={self.chars} is too short for a performance")
+        filler = (" " + _FILLER * (pad // len(_FILLER) + 1))[:pad]
+        return problem + filler + solution
+
+
+def scripted_factory(agent: Callable[..., Policy]) -> Callable[..., Policy]:
     """The factory of a scripted backend: ``NAME`` or ``NAME:SEED`` (the seed in the spec wins)."""
 
     def factory(argument: str, *, seed: int | None = None, **kwargs):
-        seed = int(argument) if argument else seed  # checked by _seed_problem before
+        seed = int(argument) if argument else seed  # checked by seed_problem before
         return agent(seed=0 if seed is None else seed, **kwargs)
 
     return factory
 
 
-def _seed_problem(name: str) -> Callable[[str], str | None]:
+def seed_problem(name: str) -> Callable[[str], str | None]:
+    """What is wrong with the argument of ``NAME:SEED`` (not an integer), or None."""
+
     def check(argument: str) -> str | None:
         try:
             int(argument or 0)
@@ -196,9 +276,16 @@ _SCRIPTED_HELP = {
     "(`random:SEED` sets the seed)",
     "heuristic": "scripted baseline: performs from its copy's first numbers, votes for the performance least "
     "consistent with its copy, abstains when none stands out (`heuristic:SEED` sets the seed)",
+    "heuristic-matched": f"the heuristic, performing in matched form: every performance {MATCHED_CHARS} characters "
+    f"with {MATCHED_NUMBERS} quantities, so no rule on length or number count finds the spy "
+    "(`heuristic-matched:SEED` sets the seed)",
 }
-for _name, _agent in (("random", RandomAgent), ("heuristic", HeuristicAgent)):
-    register_backend(_name, help=_SCRIPTED_HELP[_name], accepts=any_argument, check=_seed_problem(_name))(
-        _scripted(_name, _agent)
+for _name, _agent in (
+    ("random", RandomAgent),
+    ("heuristic", HeuristicAgent),
+    ("heuristic-matched", MatchedHeuristicAgent),
+):
+    register_backend(_name, help=_SCRIPTED_HELP[_name], accepts=any_argument, check=seed_problem(_name))(
+        scripted_factory(_agent)
     )
 del _name, _agent

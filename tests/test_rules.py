@@ -1,0 +1,163 @@
+"""Rule baselines (agents/rules.py), the length-matched performer and the table of experiments/rule_baselines.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import agents
+from agents.rules import RULES, RuleAgent
+from agents.scripted import MATCHED_CHARS, HeuristicAgent, MatchedHeuristicAgent, numbers_in
+from spy_env.config import GameConfig
+from spy_env.heldout import bootstrap
+from spy_env.runner import Runner
+from spy_env.stage import Stage
+
+ROOT = Path(__file__).resolve().parents[1]
+EASED = {"n_players": 3, "degrade": "blank", "max_document_chars": 600}
+
+
+def vote_obs(performances, seat=0, legal=None):
+    n = len(performances)
+    targets = np.zeros(n, dtype=np.int8)
+    targets[[s for s in range(n) if s != seat] if legal is None else legal] = 1
+    return {
+        "stage": Stage.VOTE.index,
+        "seat": seat,
+        "copy": "x",
+        "performances": tuple(performances),
+        "vote_targets": targets,
+    }
+
+
+def voted(reply: str) -> int:
+    return int(re.search(r"<vote>(\d+)</vote>", reply).group(1)) - 1
+
+
+def test_each_rule_votes_for_its_extreme_among_the_legal_seats():
+    performances = ["mine, the shortest of all", "a b 1 2 3 4 5 6 7 8 9 10 11", "seven 7", "x" * 40]
+    picks = {rule: voted(RuleAgent(rule).act([vote_obs(performances)])[0]) for rule in RULES}
+    # the voter's own seat 0 holds the shortest text and is not legal
+    assert picks == {"shortest": 2, "longest": 3, "fewest-numbers": 3, "first-seat": 1}
+    assert voted(RuleAgent("first-seat").act([vote_obs(performances, legal=[2, 3])])[0]) == 2
+
+
+def test_rule_ties_are_broken_at_random_and_never_abstain():
+    tied = vote_obs(["me", "same", "same", "same"])
+    picks = {voted(RuleAgent("shortest", seed=s).act([tied])[0]) for s in range(40)}
+    assert picks == {1, 2, 3}
+    assert RuleAgent("shortest").act([vote_obs(["me", "a"], legal=[])])[0].endswith("<vote>N/A</vote>")
+
+
+def test_rule_agents_perform_as_the_heuristic_and_load_by_spec():
+    config = GameConfig.from_dict({"n_players": 4, "degrade": "mask_spans"})
+    rows = {}
+    for spec in ("heuristic", *RULES):
+        buffer = Runner(config, run_id=spec).run([agents.load(spec, seed=3)] * 4, 3, seed=5)
+        rows[spec] = [r["completion"] for r in buffer if r["stage"] == Stage.PERFORM]
+    assert all(texts == rows["heuristic"] for texts in rows.values())
+    assert agents.load("fewest-numbers:7").name == "fewest-numbers"
+    with pytest.raises(ValueError, match="integer seed"):
+        agents.load("shortest:x")
+    with pytest.raises(ValueError, match="rule must be one of"):
+        RuleAgent("loudest")
+
+
+def _eased_games(voter: str, performer: str, games: int):
+    """Per game: the civilian votes' detection accuracy, and the legal performances each civilian saw."""
+    from trainers.policies import StagePolicy
+
+    config = GameConfig.from_dict(EASED)
+    seat = StagePolicy(agents.load(voter, seed=1), performer=agents.load(performer, seed=1))
+    buffer = Runner(config, run_id=voter).run([seat] * 3, games, seed=11)
+    texts = {(r["game_id"], r["seat"]): r["completion"] for r in buffer if r["stage"] == Stage.PERFORM}
+    accuracy: dict[int, list[float]] = {}
+    seen = []
+    for r in buffer:
+        if r["stage"] == Stage.VOTE and r["role"] == "civilian":
+            accuracy.setdefault(r["game_id"], []).append(float(r["vote"] == r["spy_seat"]))
+            seen.append([texts[r["game_id"], s] for s in range(3) if s != r["seat"]])
+    return [float(np.mean(v)) for v in accuracy.values()], seen
+
+
+def test_length_solves_the_eased_game_and_not_the_matched_one():
+    accuracy, _ = _eased_games("shortest", "heuristic", 60)
+    assert bootstrap(accuracy).mean == 1.0
+    # matched: every rule that reads the performances ties on every vote, so it votes at random
+    _, seen = _eased_games("shortest", "heuristic-matched", 60)
+    for rule in ("shortest", "longest", "fewest-numbers"):
+        assert all(len({RULES[rule].score(0, text) for text in legal}) == 1 for legal in seen), rule
+    # first-seat never reads them: the same votes whoever performs
+    assert _eased_games("first-seat", "heuristic", 60)[0] == _eased_games("first-seat", "heuristic-matched", 60)[0]
+    # what still separates the spy is content compared with one's own copy
+    assert bootstrap(_eased_games("heuristic", "heuristic-matched", 60)[0]).mean > 0.9
+
+
+def test_matched_performances_have_one_length_and_one_number_count():
+    for settings in (EASED, {"n_players": 5, "degrade": "mask_spans"}, {"n_players": 4, "degrade": "perturb_numbers"}):
+        config = GameConfig.from_dict(settings)
+        buffer = Runner(config, run_id="m").run([agents.load("heuristic-matched")] * config.n_players, 12, seed=2)
+        texts = [r["completion"] for r in buffer if r["stage"] == Stage.PERFORM]
+        assert {len(t) for t in texts} == {MATCHED_CHARS}
+        assert {len(numbers_in(t)) for t in texts} == {8}
+        assert all(t.endswith("}$") and "\\boxed{" in t for t in texts)
+
+
+def test_matched_performer_takes_its_copy_and_fills_only_what_it_lacks():
+    copy = "Ann has 12 apples and 30 pears; apples apples pears pears market market."
+    perform = {"stage": Stage.PERFORM.index, "copy": copy}
+    text = MatchedHeuristicAgent(seed=0).act([perform])[0]
+    assert text.startswith("Problem: The source discusses apples, pears, market. Using its quantities 12, 30, ")
+    assert HeuristicAgent().act([perform])[0] != text
+    blank = [MatchedHeuristicAgent(seed=s).act([{**perform, "copy": ""}])[0] for s in range(6)]
+    assert len(set(blank)) > 1 and {len(t) for t in blank} == {MATCHED_CHARS}
+    with pytest.raises(ValueError, match="too short"):
+        MatchedHeuristicAgent(chars=50).act([perform])
+
+
+def _experiment():
+    spec = importlib.util.spec_from_file_location("rule_baselines", ROOT / "experiments" / "rule_baselines.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("rule_baselines", module)  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_rule_table_is_current_and_on_the_experiments_games(tmp_path):
+    committed = json.loads((ROOT / "docs" / "experiment" / "rule_baselines.json").read_text())
+    out = tmp_path / "rules.json"
+    assert _experiment().main(["--only", "eased-heldout,tuning-validation,matched-heldout", "--out", str(out)]) == 0
+    fresh = json.loads(out.read_text())["settings"]
+    for name, setting in fresh.items():
+        for voter, entry in setting["voters"].items():
+            assert entry["detection_accuracy"] == committed["settings"][name]["voters"][voter]["detection_accuracy"]
+    assert fresh["eased-heldout"]["same_games"] and fresh["tuning-validation"]["same_games"]
+    assert all(
+        committed["settings"][s]["voters"][r]["at_chance"] for s in ("matched-train", "matched-heldout") for r in RULES
+    )
+
+
+def test_readme_first_result_names_the_strongest_rule_on_the_same_games():
+    committed = json.loads((ROOT / "docs" / "experiment" / "rule_baselines.json").read_text())
+    eased = committed["settings"]["eased-heldout"]
+    rule = eased["strongest_rule"]
+    score = eased["voters"][rule]["detection_accuracy"]["mean"]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = [line for line in readme.split("## Results", 1)[1].splitlines() if line.startswith("|")]
+    first_row = rows[2]  # after the header and the separator
+    assert "shorter" in first_row and f"`{rule}`" in first_row and f"{score:.3f}" in first_row
+    assert not math.isnan(score)
+
+
+def test_rule_experiment_refuses_bad_arguments_with_exit_2(capsys):
+    experiment = _experiment()
+    assert experiment.main(["--base-model", "detect-v1"]) == 2
+    assert experiment.main(["--train-games", "0"]) == 2
+    assert capsys.readouterr().err.count("error:") == 2
