@@ -15,6 +15,7 @@ from typing import Any
 
 import agents
 from agents.registry import backend_of
+from agents.sampling import SamplingParams
 from spy_env.buffer import reset_args
 from spy_env.config import GameConfig
 from spy_env.env import parallel_env
@@ -40,14 +41,15 @@ def completion_text(completion: Any) -> str:
     return ""
 
 
-def detector_factory(spec: DetectorSpec) -> Callable[[int], Policy]:
+def detector_factory(spec: DetectorSpec, sampling: SamplingParams | None = None) -> Callable[[int], Policy]:
     """``seed -> policy``: scripted agents are fresh and seeded per game (a replay's reward does not
-    depend on what was replayed before); an LLM spec is loaded once and shared (one batched call)."""
+    depend on what was replayed before); an LLM spec is loaded once and shared (one batched call),
+    with ``sampling`` if given."""
     if callable(spec) and not hasattr(spec, "act"):
         return spec
     if isinstance(spec, str):
         if backend_of(spec).llm:
-            shared = agents.load(spec)
+            shared = agents.load(spec, sampling=sampling)
             return lambda seed: shared
         return lambda seed: agents.load(spec, seed=seed)
     if not hasattr(spec, "act"):
@@ -55,14 +57,16 @@ def detector_factory(spec: DetectorSpec) -> Callable[[int], Policy]:
     return lambda seed: spec
 
 
-def seat_factories(specs: Sequence[DetectorSpec]) -> list[Callable[[int], Policy]]:
+def seat_factories(
+    specs: Sequence[DetectorSpec], sampling: SamplingParams | None = None
+) -> list[Callable[[int], Policy]]:
     """One :func:`detector_factory` per seat; the same spec string shares one (an LLM loads once)."""
     made: dict[str, Callable[[int], Policy]] = {}
     out = []
     for spec in specs:
         if isinstance(spec, str) and spec not in made:
-            made[spec] = detector_factory(spec)
-        out.append(made[spec] if isinstance(spec, str) else detector_factory(spec))
+            made[spec] = detector_factory(spec, sampling)
+        out.append(made[spec] if isinstance(spec, str) else detector_factory(spec, sampling))
     return out
 
 
