@@ -231,3 +231,51 @@ def test_grpo_runs_the_environment_factory_path(tiny_model_dir, tmp_path):
         env = SpyEnvironment(CONFIG)
         env.reset(**by_prompt[str(prompt)])
         assert logged == pytest.approx(env.get_reward())  # the forfeited round, as the env scores it
+
+
+def _vote_columns(num_games=2, seed=5):
+    votes = detection_dataset(CONFIG, num_games=num_games, seed=seed)
+    return votes, {k: list(votes[k]) for k in votes.column_names if k != "prompt"}
+
+
+@pytest.mark.parametrize(("column", "value"), [("spy_seat", -1), ("spy_seat", 4), ("seat", 7), ("seat", True)])
+def test_rows_with_seats_out_of_range_are_refused(column, value):
+    votes, columns = _vote_columns()
+    columns[column][0] = value
+    with pytest.raises(ValueError, match=f"row 0 has {column}={value!r}, not a seat of a 4-player game"):
+        DetectionReward(CONFIG)(votes["prompt"], ["<vote>4</vote>"] * len(votes), **columns)
+
+
+def test_rows_record_their_game_and_a_reward_of_another_game_is_a_clear_error():
+    votes, columns = _vote_columns()
+    assert all(spy_env.GameConfig.from_dict(__import__("json").loads(g)).n_players == 4 for g in columns["game"])
+    with pytest.raises(ValueError, match=r"another GameConfig \(differs in \['max_document_chars', 'n_players'\]\)"):
+        DetectionReward()(votes["prompt"], ["<vote>1</vote>"] * len(votes), **columns)
+    del columns["game"]  # a dataset saved before rows recorded their game: the seat counts still tell
+    with pytest.raises(ValueError, match="not one per seat of 5 players"):
+        DetectionReward()(votes["prompt"], ["<vote>1</vote>"] * len(votes), **columns)
+
+
+def test_only_the_models_own_last_assistant_message_is_scored():
+    votes, columns = _vote_columns()
+    right = [f"<vote>{s + 1}</vote>" for s in votes["spy_seat"]]
+    wrong = [f"<vote>{(s + 1) % 4 + 1}</vote>" for s in votes["spy_seat"]]
+    completions = [
+        [{"role": "assistant", "content": r}, {"role": "user", "content": w}, {"role": "tool", "content": w}]
+        for r, w in zip(right, wrong, strict=True)
+    ]
+    reward = DetectionReward(CONFIG)
+    assert (
+        reward(votes["prompt"], completions, **columns)
+        == reward(votes["prompt"], right, **columns)
+        == [1.0] * len(votes)
+    )
+    only_user = [[{"role": "user", "content": r}] for r in right]
+    assert all(d["violations"] == ["missing_vote"] for d in reward.details(only_user, **columns))
+
+
+@pytest.mark.parametrize("digit", ["\uff11", "\u0661", "\u0967"])  # fullwidth, Arabic-Indic, Devanagari one
+def test_non_ascii_digits_are_not_votes(digit):
+    votes, columns = _vote_columns()
+    details = DetectionReward(CONFIG).details([f"<vote>{digit}</vote>"] * len(votes), **columns)
+    assert all(d["violations"] == ["unparseable_vote"] for d in details)

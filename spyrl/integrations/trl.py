@@ -27,7 +27,14 @@ from typing import Any
 
 from spy_env.config import GameConfig
 from spy_env.stage import Stage
-from spyrl.integrations._games import DetectorSpec, completion_text, detector_factory, game_rows, replay_rewards
+from spyrl.integrations._games import (
+    DetectorSpec,
+    check_rows,
+    completion_text,
+    detector_factory,
+    game_rows,
+    replay_rewards,
+)
 
 if sys.version_info < (3, 11):  # pragma: no cover - TRL >= 1.16 itself needs 3.11
     raise ImportError("spyrl.integrations.trl needs Python >= 3.11 (TRL >= 1.16 does); pip install 'spyrl[trl]'")
@@ -122,7 +129,9 @@ class _Reward:
         missing = [k for k in keys if k not in columns]
         if missing:
             raise ValueError(f"{self.__name__}: the dataset lacks columns {missing}; build it with spyrl's datasets")
-        return [{k: columns[k][i] for k in keys} for i in range(n)]
+        rows = [{k: columns[k][i] for k in (*keys, "game") if k in columns} for i in range(n)]
+        check_rows(self.config, rows, self.__name__)
+        return rows
 
     def details(self, completions: Sequence[Any], **columns: Any) -> list[dict[str, Any]]:
         """Per completion: ``reward``, ``reward_components`` and ``violations`` from the environment."""
@@ -184,6 +193,7 @@ class SpyEnvironment:
         from spy_env.buffer import reset_args
         from spy_env.env import parallel_env
 
+        check_rows(self.config, [row], "SpyEnvironment")
         self._row = row
         self._env = parallel_env(self.config, rounds=1) if self._env is None else self._env
         self._env.reset(**reset_args(row))
