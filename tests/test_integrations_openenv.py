@@ -167,3 +167,21 @@ def test_serve_on_a_taken_port_is_a_one_line_error(capsys):
         assert main(["serve", "--port", str(taken.getsockname()[1])]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: cannot listen on 127.0.0.1:") and "\n" not in err
+
+
+def test_the_typed_client_plays_the_same_game_with_typed_actions_observations_and_state(server):
+    from spyrl.integrations.openenv import SpyObservation, SpyState
+    from spyrl.integrations.openenv_client import SpyEnvClient
+
+    texts = [GOOD, "Player 2 looks off. <vote>2</vote>"]
+    with SpyEnvClient(base_url=server).sync() as env:
+        results = [env.reset(seed=7, seat=2)]
+        results.append(env.step(SpyAction(text=texts[0])))
+        state = env.state()
+        results.append(env.step(texts[1]))  # a plain string is the seat's text
+    assert all(isinstance(r.observation, SpyObservation) for r in results)
+    assert isinstance(state, SpyState) and (state.seed, state.seat, state.stage) == (7, 2, "vote")
+    local = _play_local(seed=7, seat=2, texts=texts)
+    assert [r.observation.model_dump(exclude={"reward", "done", "metadata"}) for r in results] == [x[0] for x in local]
+    assert [r.reward for r in results] == pytest.approx([x[1] for x in local])
+    assert results[-1].done and results[-1].observation.metadata["truth"] == local[-1][3]["truth"]
