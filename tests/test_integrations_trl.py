@@ -13,6 +13,7 @@ pytest.importorskip("torch")
 
 import spy_env
 from spy_env.rewards import weighted_reward
+from spy_env.stage import Stage
 from spyrl.integrations.trl import (
     VOTE_PREFILL,
     DetectionReward,
@@ -279,3 +280,58 @@ def test_non_ascii_digits_are_not_votes(digit):
     votes, columns = _vote_columns()
     details = DetectionReward(CONFIG).details([f"<vote>{digit}</vote>"] * len(votes), **columns)
     assert all(d["violations"] == ["unparseable_vote"] for d in details)
+
+
+@pytest.mark.parametrize("stage", ["vote", "perform"])
+def test_grpo_trains_from_live_self_play_through_rollout_func(tiny_model_dir, tmp_path, stage):
+    """rollout_func plays the games live with the trained model; each reward is spy_env's for its text."""
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from spyrl.integrations._games import replay_rewards
+    from spyrl.integrations.trl import SelfPlayRollout, selfplay_dataset, selfplay_reward
+
+    config = spy_env.GameConfig(n_players=3, max_document_chars=200)
+    rollout = SelfPlayRollout(config, perform_tokens=6, vote_tokens=4)
+    outputs = []
+
+    def recording(prompts, trainer):
+        outputs.append(rollout(prompts, trainer))
+        return outputs[-1]
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=6,
+        max_steps=2,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        seed=0,
+    )
+    dataset = selfplay_dataset(config, num_games=2, stages=(stage,), seats=[0])
+    trainer = GRPOTrainer(
+        model=str(tiny_model_dir),
+        reward_funcs=selfplay_reward,
+        args=args,
+        train_dataset=dataset,
+        rollout_func=recording,
+    )
+    trainer.train()
+    assert len(outputs) == 2 and trainer.state.global_step == 2
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    logged = [h["rewards/selfplay/mean"] for h in trainer.state.log_history if "rewards/selfplay/mean" in h]
+    for out, mean in zip(outputs, logged, strict=True):
+        assert mean == pytest.approx(sum(out["selfplay_reward"]) / len(out["selfplay_reward"]))
+        for ids, text, game, reward in zip(
+            out["completion_ids"], out["selfplay_text"], out["selfplay_game"], out["selfplay_reward"], strict=True
+        ):
+            prefill = "<vote>" if stage == "vote" else ""
+            assert text == prefill + tokenizer.decode(ids, skip_special_tokens=True)
+            assert game["stage"] == stage and game["seat"] == 0 and len(game["performances"]) == 3
+            if stage == "vote":  # the other seats' live votes are in the game: the reward replays exactly
+                want = replay_rewards(config, [game], [text], Stage.VOTE)[0]["reward"]
+                assert reward == pytest.approx(want)
