@@ -165,7 +165,11 @@ def test_the_model_is_loaded_once_for_every_session_and_http_call(llm_dir, monke
     [
         ({"seed": 1, "seat": 9}, 400, "seat must be in 0..2, got 9"),
         ({"seed": 1, "seat": True}, 400, "seat must be an integer in 0..2, got True"),
-        ({"seed": 1.9}, 422, "seed"),
+        ({"seed": 1.9}, 400, "seed must be an integer in 0..9223372036854775807, got 1.9"),
+        ({"seed": True}, 400, "seed must be an integer in 0..9223372036854775807, got True"),
+        ({"seed": "3"}, 400, "seed must be an integer in 0..9223372036854775807, got '3'"),
+        ({"seed": -1}, 400, "seed must be in 0..9223372036854775807, got -1"),
+        ({"seed": 1, "episode_id": 5}, 422, "body.episode_id: Input should be a valid string"),
         ({"seed": 1, "spy_seat": 1.5}, 400, "spy_seat must be an integer"),
         ({"seed": 1, "bogus": 2}, 400, "unknown reset options ['bogus']"),
         ({"seed": 1, "document_id": "nope"}, 400, "is not in the corpus"),

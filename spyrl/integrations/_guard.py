@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,9 +47,12 @@ class ServeLimits:
 class GuardMiddleware:
     """ASGI middleware enforcing :class:`ServeLimits` (see the module's docstring)."""
 
-    def __init__(self, app: Any, limits: ServeLimits) -> None:
+    def __init__(
+        self, app: Any, limits: ServeLimits, check_body: Callable[[str, bytes], str | None] | None = None
+    ) -> None:
         self.app = app
         self.limits = limits
+        self.check_body = check_body  # (path, body) -> a client mistake's one-line reason, or None
         self.live: Counter[str] = Counter()  # WebSocket sessions per client address
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
@@ -81,6 +85,10 @@ class GuardMiddleware:
                 break
         if scope.get("path") == "/mcp" and _jsonrpc_method(body) == "openenv/session/create":
             await _reply(send, 400, "MCP sessions are not offered: the game has no MCP tools; play over /ws")
+            return
+        problem = self.check_body(str(scope.get("path")), bytes(body)) if self.check_body else None
+        if problem:
+            await _reply(send, 400, problem)
             return
         replayed = False
 

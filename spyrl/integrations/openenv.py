@@ -20,6 +20,7 @@ own environment, so concurrent sessions never share a game.
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -326,9 +327,26 @@ def create_spy_app(
     app.add_exception_handler(ClientError, client_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RequestValidationError, invalid_request)
-    app.add_middleware(GuardMiddleware, limits=limits)
+    app.add_middleware(GuardMiddleware, limits=limits, check_body=_strict_reset)
     app.router.on_shutdown.append(shared.close)  # Ctrl-C: queued model calls of closed sessions are dropped
     return app
+
+
+def _strict_reset(path: str, body: bytes) -> str | None:
+    """HTTP ``/reset``'s ``seed`` as sent: OpenEnv's request model would turn ``true`` or ``"3"`` into
+    an integer, and a JSON ``true`` is no seed (the WebSocket path checks the same in ``reset``)."""
+    if path != "/reset" or not body:
+        return None
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return None  # OpenEnv answers malformed JSON itself (422)
+    if isinstance(request, dict) and request.get("seed") is not None:
+        try:
+            _integer("seed", request["seed"], 0, 2**63 - 1)
+        except ClientError as e:
+            return str(e)
+    return None
 
 
 def _one_line(errors: Sequence[Any]) -> str:
