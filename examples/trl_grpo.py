@@ -15,10 +15,10 @@ from spy_env import GameConfig
 from spyrl.integrations.trl import SelfPlayRollout, selfplay_dataset, selfplay_reward
 
 model, game = str(converted_path()), GameConfig(n_players=3, max_document_chars=300)  # 3 players: short prompts
-config = dict(max_steps=6, per_device_train_batch_size=4, num_generations=4, max_completion_length=4, logging_steps=1)
+config = dict(max_steps=6, per_device_train_batch_size=4, num_generations=4, max_completion_length=6, logging_steps=1)
 config.update(learning_rate=1e-5, use_cpu=True, report_to=[], save_strategy="no", seed=0)
 dataset = selfplay_dataset(game, num_games=6, stages=("vote",), seats=[0])  # game g, seat 1, its vote
-rollout = SelfPlayRollout(game, perform_tokens=48, vote_tokens=4)  # votes start with "<vote>" already written
+rollout = SelfPlayRollout(game, perform_tokens=48, vote_tokens=6)  # votes start with "<vote>" already written
 trainer = GRPOTrainer(model, selfplay_reward, GRPOConfig("runs/trl-grpo", **config), dataset, rollout_func=rollout)
 trainer.train()
 if "--save" in sys.argv:
