@@ -50,6 +50,7 @@ __all__ = [
     "SpyObservation",
     "SpyState",
     "create_spy_app",
+    "main",
     "serve",
 ]
 
@@ -388,6 +389,23 @@ def serve(
         )
     )
     server.run()  # uvicorn re-raises the SIGINT it caught once it has shut down
+
+
+def main() -> None:
+    """``server`` (the script of the ``openenv-spyrl`` package): the game of ``SPYRL_PLAYERS`` players
+    (default 5), the other seats played by ``SPYRL_SEATS`` (default heuristic); Ctrl-C exits 130."""
+    import argparse
+    import os
+
+    parser = argparse.ArgumentParser(description="spyrl's game as an OpenEnv server (no authentication)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args()
+    config = GameConfig(n_players=int(os.environ.get("SPYRL_PLAYERS", "5")))
+    try:
+        serve(args.host, args.port, seats=os.environ.get("SPYRL_SEATS", "heuristic"), config=config)
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
 
 
 def app():
