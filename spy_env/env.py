@@ -88,9 +88,16 @@ _RENDER_MODES = ("ansi", "human")
 _OPTION_KEYS = ("document_index", "document_id", "spy_seat", "degrade_seed")
 
 
+class _Text(spaces.Text):
+    """``spaces.Text`` whose repr names its charset's size instead of printing its ~63k characters."""
+
+    def __repr__(self) -> str:
+        return f"Text({self.min_length}, {self.max_length}, charset=<{len(self.character_set)} characters>)"
+
+
 @functools.lru_cache(maxsize=32)
 def _text_prototype(max_length: int) -> spaces.Text:
-    return spaces.Text(max_length, min_length=0, charset=TEXT_CHARSET)
+    return _Text(max_length, min_length=0, charset=TEXT_CHARSET)
 
 
 def _text_space(max_length: int) -> spaces.Text:
@@ -149,6 +156,9 @@ class GameHost:
         self._obs_key: tuple[int, Stage] | None = None
         self._observation_spaces: dict[str, spaces.Space] = {}
         self._action_spaces: dict[str, spaces.Space] = {}
+        self.stages_played = 0  # stages resolved in the current game: PettingZoo's cycles
+        n = config.n_players
+        self.state_space = spaces.MultiDiscrete([len(Stage), config.rounds, n] + [2] * n)
 
     # ---------------------------------------------------------------- spaces
     @property
@@ -210,6 +220,7 @@ class GameHost:
         if index not in self._shingles:
             self._shingles[index] = shingles(document.text, cfg.copy_min_words)
         self.game = Game(cfg, self.task, document, spy_seat, degraded, self._shingles[index])
+        self.stages_played = 0
         # What reset(seed=..., options=...) needs to re-create this game exactly (buffer rows carry it).
         self.reset_options = {"document_id": document.id, "spy_seat": spy_seat, "degrade_seed": degrade_seed}
         self._obs_cache = {}
@@ -283,7 +294,20 @@ class GameHost:
     def step_seat(self, seat: int, action: Any) -> RoundResult | None:
         game = self.game
         assert game is not None
-        return game.act(seat, action)
+        before = (game.round, game.stage)
+        result = game.act(seat, action)
+        self.stages_played += (game.round, game.stage) != before
+        return result
+
+    def state(self) -> np.ndarray:
+        """The game's hidden facts as integers (``state_space``): stage (0 perform, 1 vote, 2 done),
+        round, the spy's seat, then each seat's alive flag."""
+        game = self.game
+        if game is None:
+            raise RuntimeError("state() before reset()")
+        stage = list(Stage).index(game.stage)
+        round_ = min(game.round, self.config.rounds - 1)
+        return np.asarray([stage, round_, game.spy_seat, *map(int, game.alive)], dtype=np.int64)
 
     def play_stage(self, actions: Mapping[int, Any]) -> RoundResult | None:
         """Hand every pending seat's action (``actions[seat]``) to the game, in seat order; the
@@ -293,6 +317,7 @@ class GameHost:
         result = None
         for seat in game.pending():
             result = game.act(seat, actions[seat])
+        self.stages_played += 1
         return result
 
     def info(self, seat: int, stage: Stage, result: RoundResult | None) -> dict[str, Any]:
@@ -364,6 +389,13 @@ class _SpyEnvBase:
     def _setup(self, config: GameConfig | None, render_mode: str | None, overrides: dict[str, Any]) -> None:
         if render_mode is not None and render_mode not in _RENDER_MODES:
             raise ValueError(f"render_mode must be None or one of {_RENDER_MODES}, got {render_mode!r}")
+        overrides = dict(overrides)
+        max_cycles = overrides.pop("max_cycles", None)
+        if max_cycles is not None and (
+            isinstance(max_cycles, bool) or not isinstance(max_cycles, int) or max_cycles < 1
+        ):
+            raise ValueError(f"max_cycles must be None or an integer >= 1, got {max_cycles!r}")
+        self.max_cycles: int | None = max_cycles
         self.config = _config_from(config, overrides)
         self.render_mode = render_mode
         self._core = GameHost(self.config)
@@ -386,6 +418,21 @@ class _SpyEnvBase:
 
     def action_space(self, agent: str) -> spaces.Space:
         return self._core.action_space(agent)
+
+    @property
+    def state_space(self) -> spaces.MultiDiscrete:
+        """Space of :meth:`state`: stage, round, spy seat, then an alive flag per seat."""
+        return self._core.state_space
+
+    def state(self) -> np.ndarray:
+        """The global state (what no seat sees whole): stage (0 perform, 1 vote, 2 done), round,
+        the spy's seat, each seat's alive flag."""
+        return self._core.state()
+
+    def _cut_off(self) -> bool:
+        """``max_cycles`` stages have resolved and the game goes on: the live seats are truncated."""
+        game = self._core.game
+        return self.max_cycles is not None and self._core.stages_played >= self.max_cycles and not game.done
 
     def render(self) -> str | None:
         return self._core.render(self.render_mode)
@@ -440,6 +487,9 @@ class raw_env(_SpyEnvBase, AECEnv, EzPickle):
                 }
                 if game.done or not game.alive[s]:
                     self.terminations[other] = True
+        if self._cut_off():
+            for other in self.agents:
+                self.truncations[other] = not self.terminations[other]
         pending = game.pending()
         if pending:
             self.agent_selection = self.possible_agents[pending[0]]
@@ -487,8 +537,10 @@ class parallel_env(_SpyEnvBase, ParallelEnv, EzPickle):
             if result is not None:
                 rewards[agent] = game.reward(result, seat)
                 terminations[agent] = game.done or not game.alive[seat]
+        if self._cut_off():
+            truncations = {a: not terminations[a] for a in live}
         observations = {a: core.observe(core.seat_of[a]) for a in live}
-        self.agents = [a for a in live if not terminations[a]]
+        self.agents = [a for a in live if not (terminations[a] or truncations[a])]
         if self.render_mode == "human" and game.done:
             self.render()
         return observations, rewards, terminations, truncations, infos

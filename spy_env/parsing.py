@@ -119,7 +119,7 @@ class VoteParse:
 
 
 _VOTE_TAG = re.compile(r"<\s*vote\s*>(.*?)<\s*/\s*vote\s*>", re.IGNORECASE | re.DOTALL)
-_VOTE_SEAT = re.compile(r"^(?:player[\s_#-]*)?(\d{1,4})$", re.IGNORECASE)
+_VOTE_SEAT = re.compile(r"^(?:player[\s_#-]*)?([0-9]{1,4})$", re.IGNORECASE)  # ASCII digits only: "３" is no vote
 _ABSTAIN = frozenset({"n/a", "na", "none", "abstain", "no vote", "n.a."})
 
 

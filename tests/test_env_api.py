@@ -58,3 +58,83 @@ def test_registered_with_pettingzoo():
     assert aec.unwrapped.config.n_players == 4
     assert par.unwrapped.config.n_players == 4
     assert set(par.possible_agents) == {f"player_{i}" for i in range(4)}
+
+
+# ---- issue #28: the rest of PettingZoo's own test functions, max_cycles, state() and a short repr.
+# pettingzoo.test exports: api_test, parallel_api_test, seed_test, parallel_seed_test (above),
+# max_cycles_test, render_test, state_test (here). Not run: manual_control_test needs a keyboard-driven
+# manual_control() (this env has none); test_save_obs saves image observations (Box 0..255; these are
+# text); bombardment_test checks the return value of AEC step(), which PettingZoo's API makes None,
+# so it fails on PettingZoo's own classic rps_v2 as well; performance_benchmark is a timing loop.
+
+
+class _Module:
+    """What max_cycles_test takes: a module with ``env`` and ``parallel_env`` (3 rounds, so that
+    4 stages do not end the game: random text never casts a valid vote, so nobody is eliminated)."""
+
+    @staticmethod
+    def env(**kwargs):
+        return spy_env.env(n_players=3, rounds=3, **kwargs)
+
+    @staticmethod
+    def parallel_env(**kwargs):
+        return spy_env.parallel_env(n_players=3, rounds=3, **kwargs)
+
+
+def test_pettingzoo_max_cycles_test():
+    from pettingzoo.test import max_cycles_test
+
+    max_cycles_test(_Module)
+
+
+def test_max_cycles_truncates_and_pettingzoo_make_passes_it():
+    import pettingzoo
+
+    env = pettingzoo.make("parallel", spy_env.ENV_ID, max_cycles=1, n_players=3)
+    env.reset(seed=0)
+    _, _, terminations, truncations, _ = env.step({a: "text" for a in env.agents})
+    assert all(truncations.values()) and not any(terminations.values()) and env.agents == []
+    assert pettingzoo.make("aec", spy_env.ENV_ID, max_cycles=2).unwrapped.max_cycles == 2
+    with pytest.raises(ValueError, match="max_cycles must be None or an integer >= 1"):
+        spy_env.parallel_env(max_cycles=0)
+
+
+@pytest.mark.parametrize("rounds", [1, 2])
+def test_pettingzoo_render_test(rounds):
+    from pettingzoo.test import render_test
+
+    render_test(lambda render_mode=None: spy_env.env(n_players=3, rounds=rounds, render_mode=render_mode))
+
+
+def test_pettingzoo_state_test():
+    from pettingzoo.test import state_test
+
+    state_test(spy_env.env(n_players=4, rounds=2), spy_env.parallel_env(n_players=4, rounds=2), num_cycles=10)
+
+
+def test_state_is_the_games_hidden_facts():
+    env = spy_env.parallel_env(n_players=4, rounds=2)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.state()
+    env.reset(seed=0, options={"spy_seat": 2})
+    assert env.state().tolist() == [0, 0, 2, 1, 1, 1, 1]
+    env.step({a: "text" for a in env.agents})
+    assert env.state().tolist()[:3] == [1, 0, 2] and env.state_space.contains(env.state())
+
+
+def test_observation_space_repr_is_short():
+    env = spy_env.parallel_env()
+    text = repr(env.observation_space(env.possible_agents[0]))
+    assert len(text) < 1_000 and "characters>" in text
+    assert len(str(env.action_space(env.possible_agents[0]))) < 200
+
+
+def test_pettingzoo_make_needs_spy_env_imported_first_as_documented(tmp_path):
+    import subprocess
+    import sys
+
+    code = "import pettingzoo; pettingzoo.make('aec', 'spy_env/WhoIsTheSpy-v0')"
+    alone = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert alone.returncode != 0 and "NamespaceNotFound" in alone.stderr  # PettingZoo has no plugin discovery
+    imported = subprocess.run([sys.executable, "-c", "import spy_env; " + code], capture_output=True, text=True)
+    assert imported.returncode == 0, imported.stderr

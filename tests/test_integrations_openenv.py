@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import threading
@@ -167,3 +169,48 @@ def test_serve_on_a_taken_port_is_a_one_line_error(capsys):
         assert main(["serve", "--port", str(taken.getsockname()[1])]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: cannot listen on 127.0.0.1:") and "\n" not in err
+
+
+def test_the_typed_client_plays_the_same_game_with_typed_actions_observations_and_state(server):
+    from spyrl.integrations.openenv import SpyObservation, SpyState
+    from spyrl.integrations.openenv_client import SpyEnvClient
+
+    texts = [GOOD, "Player 2 looks off. <vote>2</vote>"]
+    with SpyEnvClient(base_url=server).sync() as env:
+        results = [env.reset(seed=7, seat=2)]
+        results.append(env.step(SpyAction(text=texts[0])))
+        state = env.state()
+        results.append(env.step(texts[1]))  # a plain string is the seat's text
+    assert all(isinstance(r.observation, SpyObservation) for r in results)
+    assert isinstance(state, SpyState) and (state.seed, state.seat, state.stage) == (7, 2, "vote")
+    local = _play_local(seed=7, seat=2, texts=texts)
+    assert [r.observation.model_dump(exclude={"reward", "done", "metadata"}) for r in results] == [x[0] for x in local]
+    assert [r.reward for r in results] == pytest.approx([x[1] for x in local])
+    assert results[-1].done and results[-1].observation.metadata["truth"] == local[-1][3]["truth"]
+
+
+def test_autoenv_discovers_the_installed_openenv_spyrl_package(tmp_path):
+    """deploy/openenv installs `openenv-spyrl` (no module of its own, no top-level `server`); AutoEnv then
+    finds `spyrl`, its manifest and the typed client."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    assert yaml.safe_load((root / "spyrl" / "openenv.yaml").read_text()) == yaml.safe_load(
+        (root / "deploy" / "openenv" / "openenv.yaml").read_text()
+    )
+    site = tmp_path / "site"  # installed beside this environment, not into it
+    install = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
+    done = subprocess.run(
+        [*install, "--target", str(site), str(root / "deploy" / "openenv")], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in site.iterdir() if p.name != "bin") == ["openenv_spyrl-0.1.0.dist-info"]
+    code = (
+        "import importlib.util, json; from openenv import AutoEnv; info = AutoEnv.get_env_info('spyrl'); "
+        "print(json.dumps([AutoEnv.get_env_class('spyrl').__name__, info['package'], "
+        "importlib.util.find_spec('server') is None]))"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{site}", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout.strip().splitlines()[-1]) == ["SpyEnvClient", "openenv-spyrl", True]

@@ -13,6 +13,7 @@ pytest.importorskip("torch")
 
 import spy_env
 from spy_env.rewards import weighted_reward
+from spy_env.stage import Stage
 from spyrl.integrations.trl import (
     VOTE_PREFILL,
     DetectionReward,
@@ -231,3 +232,106 @@ def test_grpo_runs_the_environment_factory_path(tiny_model_dir, tmp_path):
         env = SpyEnvironment(CONFIG)
         env.reset(**by_prompt[str(prompt)])
         assert logged == pytest.approx(env.get_reward())  # the forfeited round, as the env scores it
+
+
+def _vote_columns(num_games=2, seed=5):
+    votes = detection_dataset(CONFIG, num_games=num_games, seed=seed)
+    return votes, {k: list(votes[k]) for k in votes.column_names if k != "prompt"}
+
+
+@pytest.mark.parametrize(("column", "value"), [("spy_seat", -1), ("spy_seat", 4), ("seat", 7), ("seat", True)])
+def test_rows_with_seats_out_of_range_are_refused(column, value):
+    votes, columns = _vote_columns()
+    columns[column][0] = value
+    with pytest.raises(ValueError, match=f"row 0 has {column}={value!r}, not a seat of a 4-player game"):
+        DetectionReward(CONFIG)(votes["prompt"], ["<vote>4</vote>"] * len(votes), **columns)
+
+
+def test_rows_record_their_game_and_a_reward_of_another_game_is_a_clear_error():
+    votes, columns = _vote_columns()
+    assert all(spy_env.GameConfig.from_dict(__import__("json").loads(g)).n_players == 4 for g in columns["game"])
+    with pytest.raises(ValueError, match=r"another GameConfig \(differs in \['max_document_chars', 'n_players'\]\)"):
+        DetectionReward()(votes["prompt"], ["<vote>1</vote>"] * len(votes), **columns)
+    del columns["game"]  # a dataset saved before rows recorded their game: the seat counts still tell
+    with pytest.raises(ValueError, match="not one per seat of 5 players"):
+        DetectionReward()(votes["prompt"], ["<vote>1</vote>"] * len(votes), **columns)
+
+
+def test_only_the_models_own_last_assistant_message_is_scored():
+    votes, columns = _vote_columns()
+    right = [f"<vote>{s + 1}</vote>" for s in votes["spy_seat"]]
+    wrong = [f"<vote>{(s + 1) % 4 + 1}</vote>" for s in votes["spy_seat"]]
+    completions = [
+        [{"role": "assistant", "content": r}, {"role": "user", "content": w}, {"role": "tool", "content": w}]
+        for r, w in zip(right, wrong, strict=True)
+    ]
+    reward = DetectionReward(CONFIG)
+    assert (
+        reward(votes["prompt"], completions, **columns)
+        == reward(votes["prompt"], right, **columns)
+        == [1.0] * len(votes)
+    )
+    only_user = [[{"role": "user", "content": r}] for r in right]
+    assert all(d["violations"] == ["missing_vote"] for d in reward.details(only_user, **columns))
+
+
+@pytest.mark.parametrize("digit", ["\uff11", "\u0661", "\u0967"])  # fullwidth, Arabic-Indic, Devanagari one
+def test_non_ascii_digits_are_not_votes(digit):
+    votes, columns = _vote_columns()
+    details = DetectionReward(CONFIG).details([f"<vote>{digit}</vote>"] * len(votes), **columns)
+    assert all(d["violations"] == ["unparseable_vote"] for d in details)
+
+
+@pytest.mark.parametrize("stage", ["vote", "perform"])
+def test_grpo_trains_from_live_self_play_through_rollout_func(tiny_model_dir, tmp_path, stage):
+    """rollout_func plays the games live with the trained model; each reward is spy_env's for its text."""
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from spyrl.integrations._games import replay_rewards
+    from spyrl.integrations.trl import SelfPlayRollout, selfplay_dataset, selfplay_reward
+
+    config = spy_env.GameConfig(n_players=3, max_document_chars=200)
+    rollout = SelfPlayRollout(config, perform_tokens=6, vote_tokens=4)
+    outputs = []
+
+    def recording(prompts, trainer):
+        outputs.append(rollout(prompts, trainer))
+        return outputs[-1]
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=6,
+        max_steps=2,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        seed=0,
+    )
+    dataset = selfplay_dataset(config, num_games=2, stages=(stage,), seats=[0])
+    trainer = GRPOTrainer(
+        model=str(tiny_model_dir),
+        reward_funcs=selfplay_reward,
+        args=args,
+        train_dataset=dataset,
+        rollout_func=recording,
+    )
+    trainer.train()
+    assert len(outputs) == 2 and trainer.state.global_step == 2
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    logged = [h["rewards/selfplay/mean"] for h in trainer.state.log_history if "rewards/selfplay/mean" in h]
+    for out, mean in zip(outputs, logged, strict=True):
+        assert mean == pytest.approx(sum(out["selfplay_reward"]) / len(out["selfplay_reward"]))
+        for ids, text, game, reward in zip(
+            out["completion_ids"], out["selfplay_text"], out["selfplay_game"], out["selfplay_reward"], strict=True
+        ):
+            prefill = "<vote>" if stage == "vote" else ""
+            assert text == prefill + tokenizer.decode(ids, skip_special_tokens=True)
+            assert game["stage"] == stage and game["seat"] == 0 and len(game["performances"]) == 3
+            if stage == "vote":  # the other seats' live votes are in the game: the reward replays exactly
+                want = replay_rewards(config, [game], [text], Stage.VOTE)[0]["reward"]
+                assert reward == pytest.approx(want)

@@ -9,12 +9,15 @@ the environment's own.
 
 from __future__ import annotations
 
+import json
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import agents
 from agents.registry import backend_of
+from agents.sampling import SamplingParams
 from spy_env.buffer import reset_args
 from spy_env.config import GameConfig
 from spy_env.env import parallel_env
@@ -23,31 +26,71 @@ from spy_env.rewards import weighted_reward
 from spy_env.runner import Runner
 from spy_env.stage import Stage
 
-__all__ = ["DetectorSpec", "completion_text", "detector_factory", "game_rows", "replay_rewards", "seat_factories"]
+__all__ = [
+    "DetectorSpec",
+    "check_rows",
+    "completion_text",
+    "detector_factory",
+    "game_key",
+    "game_rows",
+    "replay_rewards",
+    "seat_factories",
+]
 
 # A detector: an agent spec ("heuristic", "hf:PATH", ...), a policy, or game_seed -> policy.
 DetectorSpec = str | Policy | Callable[[int], Policy]
 
 
 def completion_text(completion: Any) -> str:
-    """A TRL/OpenAI completion as text: a string, or the content of its last assistant message."""
+    """A TRL/OpenAI completion as text: a string, or the content of the model's own last message (the
+    last ``assistant`` message; a trailing user or tool message is never read as the model's answer)."""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, Mapping):
-        return str(completion.get("content") or "")
-    if isinstance(completion, Sequence) and completion:
-        return completion_text(completion[-1])
+        return str(completion.get("content") or "") if completion.get("role", "assistant") == "assistant" else ""
+    if isinstance(completion, Sequence):
+        for message in reversed(completion):
+            if isinstance(message, Mapping) and message.get("role", "assistant") == "assistant":
+                return str(message.get("content") or "")
     return ""
 
 
-def detector_factory(spec: DetectorSpec) -> Callable[[int], Policy]:
+def game_key(config: GameConfig) -> str:
+    """The game a task row belongs to, as a dataset column: its :class:`GameConfig` (round 1) as JSON."""
+    return json.dumps(replace(config, rounds=1).to_dict(), sort_keys=True, default=str)
+
+
+def check_rows(config: GameConfig, rows: Sequence[Mapping[str, Any]], who: str) -> None:
+    """Refuse rows that do not belong to ``config``'s game, or whose seats are out of range: a clear
+    ``ValueError`` instead of a wrong reward or an ``IndexError``."""
+    n, key = config.n_players, game_key(config)
+    for i, row in enumerate(rows):
+        recorded = row.get("game")
+        if recorded is not None and recorded != key:
+            theirs, ours = json.loads(recorded), json.loads(key)
+            fields = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+            raise ValueError(
+                f"{who}: row {i} was played with another GameConfig (differs in {fields}); "
+                "build the reward with the dataset's config"
+            )
+        for column in ("seat", "spy_seat"):
+            value = row[column]
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value < n:
+                raise ValueError(f"{who}: row {i} has {column}={value!r}, not a seat of a {n}-player game")
+        for column in ("performances", "votes"):
+            if len(row[column]) != n:
+                raise ValueError(f"{who}: row {i} has {len(row[column])} {column}, not one per seat of {n} players")
+
+
+def detector_factory(spec: DetectorSpec, sampling: SamplingParams | None = None) -> Callable[[int], Policy]:
     """``seed -> policy``: scripted agents are fresh and seeded per game (a replay's reward does not
-    depend on what was replayed before); an LLM spec is loaded once and shared (one batched call)."""
+    depend on what was replayed before); an LLM spec is loaded once and shared (one batched call),
+    with ``sampling`` if given."""
     if callable(spec) and not hasattr(spec, "act"):
         return spec
     if isinstance(spec, str):
         if backend_of(spec).llm:
-            shared = agents.load(spec)
+            shared = agents.load(spec, sampling=sampling)
             return lambda seed: shared
         return lambda seed: agents.load(spec, seed=seed)
     if not hasattr(spec, "act"):
@@ -55,14 +98,16 @@ def detector_factory(spec: DetectorSpec) -> Callable[[int], Policy]:
     return lambda seed: spec
 
 
-def seat_factories(specs: Sequence[DetectorSpec]) -> list[Callable[[int], Policy]]:
+def seat_factories(
+    specs: Sequence[DetectorSpec], sampling: SamplingParams | None = None
+) -> list[Callable[[int], Policy]]:
     """One :func:`detector_factory` per seat; the same spec string shares one (an LLM loads once)."""
     made: dict[str, Callable[[int], Policy]] = {}
     out = []
     for spec in specs:
         if isinstance(spec, str) and spec not in made:
-            made[spec] = detector_factory(spec)
-        out.append(made[spec] if isinstance(spec, str) else detector_factory(spec))
+            made[spec] = detector_factory(spec, sampling)
+        out.append(made[spec] if isinstance(spec, str) else detector_factory(spec, sampling))
     return out
 
 
@@ -79,6 +124,7 @@ def game_rows(
     if len(specs) != config.n_players:
         raise ValueError(f"performers: need one agent spec or one per seat ({config.n_players}), got {len(specs)}")
     factories = seat_factories(specs)
+    key = game_key(config)
     runner = Runner(replace(config, rounds=1))
     buffer = runner.run(
         lambda i: [make(seed * 1_000_003 + i * 16 + k) for k, make in enumerate(factories)], num_games, seed=seed
@@ -102,6 +148,7 @@ def game_rows(
                         "degrade_seed": row["degrade_seed"],
                         "performances": performances,
                         "votes": votes,
+                        "game": key,
                     }
                 )
     return out

@@ -20,24 +20,61 @@ own environment, so concurrent sessions never share a game.
 
 from __future__ import annotations
 
+import json
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
 from pydantic import Field
 
+from agents.registry import backend_of
+from agents.sampling import SamplingParams
 from spy_env.config import GameConfig
 from spy_env.env import parallel_env
 from spy_env.policy import Action as PolicyAction
 from spy_env.policy import Policy, chat_messages
 from spy_env.stage import Stage
 from spyrl.integrations._games import seat_factories
+from spyrl.integrations._guard import GuardMiddleware, ServeLimits
 
-__all__ = ["SpyAction", "SpyEnvironment", "SpyObservation", "SpyState", "create_spy_app", "serve"]
+__all__ = [
+    "ClientError",
+    "SeatPolicies",
+    "ServeLimits",
+    "SpyAction",
+    "SpyEnvironment",
+    "SpyObservation",
+    "SpyState",
+    "create_spy_app",
+    "main",
+    "serve",
+]
 
-_OPTION_KEYS = ("document_id", "document_index", "spy_seat", "degrade_seed")
+_INT_OPTIONS = ("document_index", "spy_seat", "degrade_seed")
+_OPTION_KEYS = ("document_id", *_INT_OPTIONS)
+# Agent specs a server cannot run: they read the server's own terminal.
+_TERMINAL_BACKENDS = frozenset({"human"})
+NO_GAME = (
+    "no game in progress: reset() first. OpenEnv's HTTP /reset and /step are stateless (each HTTP call "
+    "gets a fresh environment), so play a game over the WebSocket session at /ws "
+    "(spyrl.integrations.openenv_client.SpyEnvClient or openenv's GenericEnvClient)"
+)
+
+
+class ClientError(ValueError):
+    """A client's mistake: an HTTP 4xx with this one-line message, the same message over WebSocket."""
+
+    status_code = 400
+
+
+class NoGameError(ClientError):
+    """``step`` without a game in progress (every HTTP ``/step``: OpenEnv's HTTP routes are stateless)."""
+
+    status_code = 409
 
 
 class SpyAction(Action):
@@ -65,20 +102,73 @@ class SpyState(State):
     round: int = 0
 
 
-class SpyEnvironment(Environment[SpyAction, SpyObservation, SpyState]):
-    """One seat of a game; ``seats`` (an agent spec, or one per other seat) plays the others."""
+@dataclass
+class SeatPolicies:
+    """The agents of the other seats, built once per server process and shared by every session.
 
-    SUPPORTS_CONCURRENT_SESSIONS = True
+    An LLM spec is loaded here, once; every session's games call that one policy, one call at a time,
+    on one worker thread per loaded model (so the model's buffers are allocated by that one thread,
+    not by each session's thread: memory stays flat in the number of sessions). Scripted specs stay
+    per game: a fresh agent seeded from the game's seed, so a game replays exactly whatever other
+    sessions do.
+    """
 
-    def __init__(self, config: GameConfig | None = None, seats: str | Sequence[str] = "heuristic") -> None:
-        super().__init__()
-        self.config = config or GameConfig()
-        n_others = self.config.n_players - 1
+    config: GameConfig
+    factories: list[Callable[[int], Policy]]
+    _workers: dict[int, ThreadPoolExecutor] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(
+        cls, config: GameConfig, seats: str | Sequence[str] = "heuristic", sampling: SamplingParams | None = None
+    ) -> SeatPolicies:
+        """Load the agents of ``seats`` (one spec, or one per other seat); LLM seats use ``sampling``."""
+        n_others = config.n_players - 1
         specs = [seats] * n_others if isinstance(seats, str) else list(seats)
         if len(specs) != n_others:
             raise ValueError(f"seats: need one agent spec or one per other seat ({n_others}), got {len(specs)}")
-        self._factories = seat_factories(specs)  # an LLM playing several seats is loaded once
-        self._env = parallel_env(self.config)
+        for spec in specs:
+            backend = backend_of(spec)
+            if backend is not None and backend.name in _TERMINAL_BACKENDS:
+                raise ValueError(f"seats: {spec!r} reads the server's terminal; a server's seats must be agents")
+        factories = seat_factories(specs, sampling)  # an LLM playing several seats is loaded once
+        workers = {}
+        for make in factories:
+            policy = make(0)
+            if make(1) is policy and id(policy) not in workers:  # one policy for every game: shared
+                workers[id(policy)] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spyrl-seat")
+        return cls(config, factories, workers)
+
+    def for_game(self, seed: int) -> list[Policy]:
+        """The policies of the other seats, in seat order, for the game of ``seed``."""
+        return [make(seed * 16 + k) for k, make in enumerate(self.factories)]
+
+    def close(self) -> None:
+        """Drop the calls still queued for the shared models (the server stops: their clients are gone)."""
+        for worker in self._workers.values():
+            worker.shutdown(wait=False, cancel_futures=True)
+
+    def act(self, policy: Policy, observations: list[Any]) -> list[Any]:
+        """``policy.act(observations)``; a shared policy runs on its own worker thread, one call at a time."""
+        worker = self._workers.get(id(policy))
+        return policy.act(observations) if worker is None else worker.submit(policy.act, observations).result()
+
+
+class SpyEnvironment(Environment[SpyAction, SpyObservation, SpyState]):
+    """One seat of a game; ``seats`` (an agent spec, one per other seat, or a shared
+    :class:`SeatPolicies`) plays the others. Construction is cheap: no model is loaded here when
+    ``seats`` is a :class:`SeatPolicies`, and the game is made on the first ``reset``."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(
+        self, config: GameConfig | None = None, seats: str | Sequence[str] | SeatPolicies = "heuristic"
+    ) -> None:
+        super().__init__()
+        self.config = config or GameConfig()
+        self._seats = seats if isinstance(seats, SeatPolicies) else SeatPolicies.build(self.config, seats)
+        if self._seats.config.n_players != self.config.n_players:
+            raise ValueError("seats: the shared SeatPolicies were built for another number of players")
+        self._env: Any = None
         self._policies: dict[str, Policy] = {}
         self._observations: dict[str, Any] = {}
         self._state = SpyState()
@@ -87,25 +177,32 @@ class SpyEnvironment(Environment[SpyAction, SpyObservation, SpyState]):
         self, seed: int | None = None, episode_id: str | None = None, seat: int = 0, **options: Any
     ) -> SpyObservation:
         n = self.config.n_players
-        if not isinstance(seat, int) or not 0 <= seat < n:
-            raise ValueError(f"seat must be in 0..{n - 1}, got {seat!r}")
-        unknown = sorted(set(options) - set(_OPTION_KEYS))
-        if unknown:
-            raise ValueError(f"unknown reset options {unknown}; known: seed, seat, {', '.join(_OPTION_KEYS)}")
-        seed = secrets.randbelow(2**31) if seed is None else int(seed)
-        self._observations, _ = self._env.reset(seed=seed, options=options)
+        seat = _integer("seat", seat, 0, n - 1)
+        seed = secrets.randbelow(2**31) if seed is None else _integer("seed", seed, 0, 2**63 - 1)
+        if episode_id is not None and not isinstance(episode_id, str):
+            raise ClientError(f"episode_id must be a string, got {episode_id!r}")
+        options = _game_options(options)
+        if self._env is None:
+            self._env = parallel_env(self.config)
+        try:
+            self._observations, _ = self._env.reset(seed=seed, options=options)
+        except ValueError as e:  # an option the game refuses (a document not in the corpus, ...)
+            raise ClientError(str(e)) from None
         others = [a for a in self._env.possible_agents if self._env.seat_of[a] != seat]
-        self._policies = {
-            a: make(seed * 16 + k) for k, (a, make) in enumerate(zip(others, self._factories, strict=True))
-        }
+        self._policies = dict(zip(others, self._seats.for_game(seed), strict=True))
         self._state = SpyState(episode_id=episode_id or f"spyrl-{seed}-{seat}", seed=seed, seat=seat)
         return self._observation(reward=None, done=False, metadata={"seed": seed, "seat": seat})
 
     def step(self, action: SpyAction, timeout_s: float | None = None, **kwargs: Any) -> SpyObservation:
-        env, game = self._env, self._env.game
+        env = self._env
+        if env is None:
+            raise NoGameError(NO_GAME)
+        game = env.game
         me = env.possible_agents[self._state.seat]
         if game is None or game.done or me not in env.agents:
-            raise ValueError("the episode is over; reset() to play another game")
+            raise NoGameError("the episode is over; reset() to play another game")
+        if not isinstance(action, SpyAction):
+            raise ClientError(f"action must be a SpyAction with a text, got {type(action).__name__}")
         stage = game.stage
         actions = {me: action.text}
         actions.update(self._others_act([a for a in env.agents if a != me]))
@@ -141,7 +238,7 @@ class SpyEnvironment(Environment[SpyAction, SpyObservation, SpyState]):
             groups.setdefault(id(policy), (policy, []))[1].append(agent)
         out = {}
         for policy, seats in groups.values():
-            replies = policy.act([self._observations[a] for a in seats])
+            replies = self._seats.act(policy, [self._observations[a] for a in seats])
             out.update({a: PolicyAction.of(r).text for a, r in zip(seats, replies, strict=True)})
         return out
 
@@ -162,33 +259,153 @@ class SpyEnvironment(Environment[SpyAction, SpyObservation, SpyState]):
         )
 
 
-def create_spy_app(config: GameConfig | None = None, seats: str | Sequence[str] = "heuristic", max_sessions: int = 64):
-    """The FastAPI app OpenEnv's clients talk to (HTTP and WebSocket), one environment per session."""
-    from openenv.core.env_server.http_server import create_app
+def _integer(name: str, value: Any, low: int, high: int) -> int:
+    """An integer in ``low..high``: JSON's ``true`` or ``1.9`` is not one."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ClientError(f"{name} must be an integer in {low}..{high}, got {value!r}")
+    if not low <= value <= high:
+        raise ClientError(f"{name} must be in {low}..{high}, got {value}")
+    return value
 
-    SpyEnvironment(config, seats)  # a bad config or agent spec fails here, before the server starts
-    return create_app(
-        lambda: SpyEnvironment(config, seats),
+
+def _game_options(options: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(options) - set(_OPTION_KEYS))
+    if unknown:
+        raise ClientError(f"unknown reset options {unknown}; known: seed, seat, episode_id, {', '.join(_OPTION_KEYS)}")
+    out = dict(options)
+    for key in _INT_OPTIONS:
+        if key in out:
+            out[key] = _integer(key, out[key], 0, 2**63 - 1)
+    if "document_id" in out and not isinstance(out["document_id"], str):
+        raise ClientError(f"document_id must be a string, got {out['document_id']!r}")
+    return out
+
+
+def create_spy_app(
+    config: GameConfig | None = None,
+    seats: str | Sequence[str] | SeatPolicies = "heuristic",
+    limits: ServeLimits | None = None,
+):
+    """The FastAPI app OpenEnv's clients talk to (HTTP and WebSocket): OpenEnv's ``create_app``, one
+    environment per WebSocket session, every session sharing one :class:`SeatPolicies` (models are
+    loaded here, before the app exists), behind :class:`~spyrl.integrations._guard.GuardMiddleware`.
+
+    A client's mistake (a bad seat, seed or option, ``/step`` without a game) is an HTTP 4xx with a
+    one-line ``detail`` and the same message in a WebSocket error frame. No authentication: anyone who
+    reaches the port can play (bind to the loopback, the default, or put it behind a proxy that checks).
+    """
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from openenv.core.env_server.http_server import create_app
+    from openenv.core.env_server.types import ConcurrencyConfig
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    config = config or GameConfig()
+    limits = limits or ServeLimits()
+    shared = seats if isinstance(seats, SeatPolicies) else SeatPolicies.build(config, seats)
+    SpyEnvironment(config, shared)  # a config that does not fit the seats fails here, before the server starts
+    app = create_app(
+        lambda: SpyEnvironment(config, shared),
         SpyAction,
         SpyObservation,
         env_name="spyrl",
-        max_concurrent_envs=max_sessions,
+        concurrency_config=ConcurrencyConfig(
+            max_concurrent_envs=limits.max_sessions, session_timeout=limits.idle_timeout_s
+        ),
         state_cls=SpyState,
     )
+
+    async def client_error(request: Any, exc: ClientError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status_code)
+
+    async def invalid_request(request: Any, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _one_line(exc.errors())}, status_code=422)
+
+    async def http_error(request: Any, exc: StarletteHTTPException) -> JSONResponse:
+        detail = exc.detail if isinstance(exc.detail, str) else _one_line(exc.detail)
+        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=exc.headers)
+
+    app.add_exception_handler(ClientError, client_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, invalid_request)
+    app.add_middleware(GuardMiddleware, limits=limits, check_body=_strict_reset)
+    app.router.on_shutdown.append(shared.close)  # Ctrl-C: queued model calls of closed sessions are dropped
+    return app
+
+
+def _strict_reset(path: str, body: bytes) -> str | None:
+    """HTTP ``/reset``'s ``seed`` as sent: OpenEnv's request model would turn ``true`` or ``"3"`` into
+    an integer, and a JSON ``true`` is no seed (the WebSocket path checks the same in ``reset``)."""
+    if path != "/reset" or not body:
+        return None
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return None  # OpenEnv answers malformed JSON itself (422)
+    if isinstance(request, dict) and request.get("seed") is not None:
+        try:
+            _integer("seed", request["seed"], 0, 2**63 - 1)
+        except ClientError as e:
+            return str(e)
+    return None
+
+
+def _one_line(errors: Sequence[Any]) -> str:
+    """Pydantic's errors as one line: ``body.seed: Input should be a valid integer; ...``."""
+    parts = []
+    for error in errors:
+        where = ".".join(str(part) for part in error.get("loc", ()))
+        parts.append(f"{where}: {error.get('msg', 'invalid')}" if where else str(error.get("msg", "invalid")))
+    return "; ".join(parts)[:500] or "invalid request"
 
 
 def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
     *,
-    seats: str | Sequence[str] = "heuristic",
+    seats: str | Sequence[str] | SeatPolicies = "heuristic",
     config: GameConfig | None = None,
-    max_sessions: int = 64,
+    limits: ServeLimits | None = None,
+    app: Any = None,
 ) -> None:
-    """Serve :class:`SpyEnvironment` until interrupted (``spyrl serve`` runs this)."""
+    """Serve :class:`SpyEnvironment` until interrupted (``spyrl serve`` runs this).
+
+    Ctrl-C stops it within a few seconds whatever clients hold (open sessions, half-sent requests)
+    and raises :class:`KeyboardInterrupt` (the CLI exits 130).
+    """
     import uvicorn
 
-    uvicorn.run(create_spy_app(config, seats, max_sessions), host=host, port=port, log_level="warning")
+    limits = limits or ServeLimits()
+    app = app if app is not None else create_spy_app(config, seats, limits)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            ws_max_size=limits.max_request_bytes,
+            timeout_graceful_shutdown=2,
+            timeout_keep_alive=5,
+        )
+    )
+    server.run()  # uvicorn re-raises the SIGINT it caught once it has shut down
+
+
+def main() -> None:
+    """``server`` (the script of the ``openenv-spyrl`` package): the game of ``SPYRL_PLAYERS`` players
+    (default 5), the other seats played by ``SPYRL_SEATS`` (default heuristic); Ctrl-C exits 130."""
+    import argparse
+    import os
+
+    parser = argparse.ArgumentParser(description="spyrl's game as an OpenEnv server (no authentication)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args()
+    config = GameConfig(n_players=int(os.environ.get("SPYRL_PLAYERS", "5")))
+    try:
+        serve(args.host, args.port, seats=os.environ.get("SPYRL_SEATS", "heuristic"), config=config)
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
 
 
 def app():

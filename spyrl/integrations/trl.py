@@ -11,6 +11,9 @@
 * :func:`spy_dataset` + :class:`GameReward`: the performing prompt of the spy (``role="spy"``) or of a
   civilian; the reward replays the game with the model's text in that seat against ``detectors``
   (default: heuristic, seeded per game) and returns the seat's performing reward.
+* :func:`selfplay_dataset` + :class:`SelfPlayRollout` + :func:`selfplay_reward`: live self-play, TRL's
+  ``rollout_func``: the model being trained plays every seat of real games (see
+  :mod:`spyrl.integrations.trl_selfplay`).
 * :class:`SpyEnvironment`: an ``environment_factory`` class for TRL's multi-turn tool path (tools
   ``perform`` and ``vote``, reward from ``get_reward``).
 
@@ -27,18 +30,30 @@ from typing import Any
 
 from spy_env.config import GameConfig
 from spy_env.stage import Stage
-from spyrl.integrations._games import DetectorSpec, completion_text, detector_factory, game_rows, replay_rewards
+from spyrl.integrations._games import (
+    DetectorSpec,
+    check_rows,
+    completion_text,
+    detector_factory,
+    game_rows,
+    replay_rewards,
+)
 
 if sys.version_info < (3, 11):  # pragma: no cover - TRL >= 1.16 itself needs 3.11
     raise ImportError("spyrl.integrations.trl needs Python >= 3.11 (TRL >= 1.16 does); pip install 'spyrl[trl]'")
+
+from spyrl.integrations.trl_selfplay import SelfPlayRollout, selfplay_dataset, selfplay_reward
 
 __all__ = [
     "VOTE_PREFILL",
     "DetectionReward",
     "GameReward",
+    "SelfPlayRollout",
     "SpyEnvironment",
     "detection_dataset",
     "detection_reward",
+    "selfplay_dataset",
+    "selfplay_reward",
     "spy_dataset",
 ]
 
@@ -122,7 +137,9 @@ class _Reward:
         missing = [k for k in keys if k not in columns]
         if missing:
             raise ValueError(f"{self.__name__}: the dataset lacks columns {missing}; build it with spyrl's datasets")
-        return [{k: columns[k][i] for k in keys} for i in range(n)]
+        rows = [{k: columns[k][i] for k in (*keys, "game") if k in columns} for i in range(n)]
+        check_rows(self.config, rows, self.__name__)
+        return rows
 
     def details(self, completions: Sequence[Any], **columns: Any) -> list[dict[str, Any]]:
         """Per completion: ``reward``, ``reward_components`` and ``violations`` from the environment."""
@@ -184,6 +201,7 @@ class SpyEnvironment:
         from spy_env.buffer import reset_args
         from spy_env.env import parallel_env
 
+        check_rows(self.config, [row], "SpyEnvironment")
         self._row = row
         self._env = parallel_env(self.config, rounds=1) if self._env is None else self._env
         self._env.reset(**reset_args(row))
