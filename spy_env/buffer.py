@@ -16,7 +16,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from spy_env.io import atomic_path
+from spy_env.io import atomic_path, check_json_depth
+from spy_env.policy import LOGPROB_SLACK
 
 __all__ = ["COLUMNS", "EpisodeBuffer", "checked_row", "features", "read_dataset", "reset_args", "row_problem"]
 
@@ -99,6 +100,8 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
     ('seat 2147483647 is outside 0..9', None)
     >>> row_problem({"reward": float("nan")})
     'reward nan is not a finite number'
+    >>> row_problem({"completion_token_ids": [1, 2, 3], "logprobs": [-0.5] * 7})
+    'logprobs has 7 entries for 3 completion tokens'
     """
     for name, (low, high) in RANGES.items():
         value = row.get(name)
@@ -108,6 +111,23 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
         value = row.get(name)
         if value is not None and not math.isfinite(value):
             return f"{name} {value} is not a finite number"
+    return _sequence_problem(row)
+
+
+def _sequence_problem(row: Mapping[str, Any]) -> str | None:
+    """The per-token columns: logprobs are finite and at most 0, vote probabilities in [0, 1], and
+    logprobs and mask hold one entry per completion token (checked like a backend's reply,
+    :meth:`spy_env.policy.Action.problem`)."""
+    tokens = row.get("completion_token_ids") or []
+    for name, low, high in (("logprobs", -math.inf, LOGPROB_SLACK), ("vote_probs", 0.0, 1.0 + LOGPROB_SLACK)):
+        values = row.get(name) or []
+        if values and not (all(map(math.isfinite, values)) and low <= min(values) and max(values) <= high):
+            bad = next(v for v in values if not (math.isfinite(v) and low <= v <= high))
+            return f"{name} holds {bad}, not a {'log-probability' if name == 'logprobs' else 'probability'}"
+    for name in ("logprobs", "completion_mask"):
+        values = row.get(name) or []
+        if values and tokens and len(values) != len(tokens):
+            return f"{name} has {len(values)} entries for {len(tokens)} completion tokens"
     return None
 
 
@@ -212,7 +232,8 @@ def read_dataset(path: str | os.PathLike):
     ``datasets`` caches a file under a key of its path and modification time, so a buffer replaced
     by another with the same mtime (``cp -p``, unzip) would show the old rows: the cache here is a
     temporary folder of this call, and the rows are kept in memory. A file that is not a readable
-    buffer is a ``ValueError`` naming it.
+    buffer, or JSON lines nested deeper than :data:`spy_env.io.MAX_DEPTH`, is a ``ValueError``
+    naming it.
     """
     from datasets import load_dataset
 
@@ -224,6 +245,8 @@ def read_dataset(path: str | os.PathLike):
     if path.stat().st_size == 0:
         raise ValueError(f"episode buffer {str(path)!r} is empty")
     builder = "parquet" if _kind(path) == "parquet" else "json"
+    if builder == "json":  # pyarrow's JSON reader recurses in C: 10,000 levels are a segfault, not an error
+        check_json_depth(path.read_bytes(), f"episode buffer {str(path)!r}")
     try:
         with tempfile.TemporaryDirectory(prefix="spyrl-buffer-") as cache, _quiet("datasets"):
             # its own log line would repeat the error below

@@ -9,6 +9,7 @@ sampling for each iteration and follow the trainer's weights.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,12 +31,29 @@ def _ints(values: Any, low: int, high: int) -> bool:
     )
 
 
-def _reals(values: Any) -> bool:
+def _reals(values: Any, low: float = -math.inf, high: float = math.inf) -> bool:
+    """A sequence of finite real numbers in ``[low, high]`` (NaN and infinities are not)."""
     return (
         isinstance(values, Sequence)
         and not isinstance(values, (str, bytes))
-        and all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values)
+        and all(
+            isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and low <= v <= high
+            for v in values
+        )
     )
+
+
+# A log-probability is at most 0; this much above it is float rounding, more is not a logprob.
+LOGPROB_SLACK = 1e-3
+
+
+def _same_length(values: Sequence[Any] | None, tokens: Sequence[Any] | None) -> bool:
+    """``values`` has one entry per completion token (when both are given and well-typed)."""
+    return values is None or tokens is None or not _sized(values) or not _sized(tokens) or len(values) == len(tokens)
+
+
+def _sized(values: Any) -> bool:
+    return isinstance(values, Sequence) and not isinstance(values, (str, bytes))
 
 
 @dataclass(frozen=True)
@@ -77,6 +95,10 @@ class Action:
 
         >>> Action("x", completion_token_ids=[1, 2**31]).problem()
         'completion_token_ids: expected integers in [0, 2147483647]'
+        >>> Action("x", logprobs=[float("nan"), float("inf"), 5.0]).problem()
+        'logprobs: expected finite numbers <= 0'
+        >>> Action("x", completion_token_ids=[1, 2, 3], logprobs=[-0.1] * 7).problem()
+        'logprobs length: expected one logprob per completion token'
         """
         checks = {
             "text": isinstance(self.text, str),
@@ -86,12 +108,14 @@ class Action:
             "completion_token_ids": self.completion_token_ids is None
             or _ints(self.completion_token_ids, 0, MAX_TOKEN_ID),
             "completion_mask": self.completion_mask is None or _ints(self.completion_mask, 0, 1),
-            "logprobs": self.logprobs is None or _reals(self.logprobs),
+            "logprobs": self.logprobs is None or _reals(self.logprobs, high=LOGPROB_SLACK),
+            "logprobs length": _same_length(self.logprobs, self.completion_token_ids),
+            "completion_mask length": _same_length(self.completion_mask, self.completion_token_ids),
             "vote_distribution": self.vote_distribution is None
             or (
                 isinstance(self.vote_distribution, Mapping)
                 and all(isinstance(k, str) for k in self.vote_distribution)
-                and _reals(list(self.vote_distribution.values()))
+                and _reals(list(self.vote_distribution.values()), 0.0, 1.0 + LOGPROB_SLACK)
             ),
             "choice_step": self.choice_step is None or _ints([self.choice_step], 0, MAX_TOKEN_ID),
             "choice_tokens": self.choice_tokens is None
@@ -105,8 +129,10 @@ class Action:
             "prompt_token_ids": f"integers in [0, {MAX_TOKEN_ID}]",
             "completion_token_ids": f"integers in [0, {MAX_TOKEN_ID}]",
             "completion_mask": "0s and 1s",
-            "logprobs": "numbers",
-            "vote_distribution": "a mapping of choices to numbers",
+            "logprobs": "finite numbers <= 0",
+            "logprobs length": "one logprob per completion token",
+            "completion_mask length": "one mask entry per completion token",
+            "vote_distribution": "a mapping of choices to probabilities",
             "choice_step": "a position >= 0",
             "choice_tokens": "a mapping of choices to token ids",
         }

@@ -37,7 +37,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from spy_env.io import check_tree, honour_umask, pid_alive, write_text
+from spy_env.io import check_tree, honour_umask, parse_json, pid_alive, write_text
 from trainers.snapshots import optimizer_from_flat, optimizer_to_flat, restore_rng, rng_snapshot
 
 logger = logging.getLogger(__name__)
@@ -150,7 +150,7 @@ def verify_manifest(folder: Path) -> None:
         )
         raise CheckpointError(f"{path} is missing{old}; refusing to resume from {folder}")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = parse_json(path.read_text(encoding="utf-8"), str(path))
         expected = manifest["sha256"]
         if not isinstance(expected, dict):
             raise TypeError("sha256 is not a mapping")
@@ -216,7 +216,7 @@ def read_state(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     from safetensors.torch import load_file
 
     try:
-        state = json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
+        state = parse_json((folder / STATE_FILE).read_text(encoding="utf-8"), str(folder / STATE_FILE))
         tensors = load_file(str(folder / TENSORS_FILE))
     except FileNotFoundError as e:
         raise CheckpointError(f"{e.filename} is missing; refusing to resume from {folder}") from e
