@@ -109,9 +109,13 @@ _SMALL_CAPITAL = re.compile(r"LATIN LETTER SMALL CAPITAL ([A-Z])")
 
 @functools.lru_cache(maxsize=4096)
 def _fold(char: str) -> str:
-    """A visible non-ASCII character as :func:`visible_skeleton` reads it: NFKC, then each
-    character as its look-alike (capital Greek ``Ε`` looks like ``E``, its lower case ``ε`` does
-    not), else case-folded and then as its look-alike."""
+    """A visible non-ASCII character as :func:`visible_skeleton` reads it: its look-alike if it
+    has one (NFKC would turn the lunate sigma ``ϲ``, which looks like ``c``, into ``ς``), else NFKC
+    and then each character as its look-alike (capital Greek ``Ε`` looks like ``E``, its lower
+    case ``ε`` does not), else case-folded and then as its look-alike."""
+    alike = look_alike(char)
+    if alike.isascii():
+        return alike
     out = []
     for c in unicodedata.normalize("NFKC", char):
         alike = c.lower() if c.isascii() else look_alike(c)

@@ -274,9 +274,11 @@ class SpyRLConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> SpyRLConfig:
-        if name not in PRESETS:
+        if not isinstance(name, str) or name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; known: {sorted(PRESETS)}")
         values = json.loads(json.dumps(PRESETS[name]))
+        if not isinstance(overrides.get("game", {}), Mapping):
+            raise ValueError(f"SpyRLConfig.game must be a mapping of GameConfig fields, got {overrides['game']!r}")
         game = {**values.pop("game", {}), **overrides.pop("game", {})}
         return cls.from_dict({**values, **overrides, "game": game})
 
