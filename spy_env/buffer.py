@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from spy_env.io import atomic_path, check_json_depth
-from spy_env.policy import LOGPROB_SLACK
+from spy_env.policy import token_problem
 
 __all__ = ["COLUMNS", "EpisodeBuffer", "checked_row", "features", "read_dataset", "reset_args", "row_problem"]
 
@@ -111,24 +111,12 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
         value = row.get(name)
         if value is not None and not math.isfinite(value):
             return f"{name} {value} is not a finite number"
-    return _sequence_problem(row)
-
-
-def _sequence_problem(row: Mapping[str, Any]) -> str | None:
-    """The per-token columns: logprobs are finite and at most 0, vote probabilities in [0, 1], and
-    logprobs and mask hold one entry per completion token (checked like a backend's reply,
-    :meth:`spy_env.policy.Action.problem`)."""
-    tokens = row.get("completion_token_ids") or []
-    for name, low, high in (("logprobs", -math.inf, LOGPROB_SLACK), ("vote_probs", 0.0, 1.0 + LOGPROB_SLACK)):
-        values = row.get(name) or []
-        if values and not (all(map(math.isfinite, values)) and low <= min(values) and max(values) <= high):
-            bad = next(v for v in values if not (math.isfinite(v) and low <= v <= high))
-            return f"{name} holds {bad}, not a {'log-probability' if name == 'logprobs' else 'probability'}"
-    for name in ("logprobs", "completion_mask"):
-        values = row.get(name) or []
-        if values and tokens and len(values) != len(tokens):
-            return f"{name} has {len(values)} entries for {len(tokens)} completion tokens"
-    return None
+    return token_problem(
+        row.get("completion_token_ids") or [],
+        row.get("logprobs") or [],
+        row.get("completion_mask") or [],
+        row.get("vote_probs") or [],
+    )
 
 
 def reset_args(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -31,15 +31,11 @@ def _ints(values: Any, low: int, high: int) -> bool:
     )
 
 
-def _reals(values: Any, low: float = -math.inf, high: float = math.inf) -> bool:
-    """A sequence of finite real numbers in ``[low, high]`` (NaN and infinities are not)."""
+def _reals(values: Any) -> bool:
     return (
         isinstance(values, Sequence)
         and not isinstance(values, (str, bytes))
-        and all(
-            isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and low <= v <= high
-            for v in values
-        )
+        and all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values)
     )
 
 
@@ -47,13 +43,37 @@ def _reals(values: Any, low: float = -math.inf, high: float = math.inf) -> bool:
 LOGPROB_SLACK = 1e-3
 
 
-def _same_length(values: Sequence[Any] | None, tokens: Sequence[Any] | None) -> bool:
-    """``values`` has one entry per completion token (when both are given and well-typed)."""
-    return values is None or tokens is None or not _sized(values) or not _sized(tokens) or len(values) == len(tokens)
+def token_problem(
+    token_ids: Sequence[int], logprobs: Sequence[float], mask: Sequence[int], vote_probs: Sequence[float] = ()
+) -> str | None:
+    """Why per-token numbers cannot come from a model, or ``None``: the one check of a backend's
+    reply (:meth:`Action.problem`) and of a loaded buffer row (:func:`spy_env.buffer.row_problem`).
 
+    A logprob is finite and at most 0 (NaN only on a token decoding forced, mask 0: never scored);
+    logprobs and mask have one entry per completion token (when both are given); a vote
+    probability is in [0, 1] (1e-3 of rounding allowed). Linear, and in C when everything is fine.
 
-def _sized(values: Any) -> bool:
-    return isinstance(values, Sequence) and not isinstance(values, (str, bytes))
+    >>> token_problem([1, 2, 3], [float("nan"), float("inf"), 5.0], [])
+    'logprobs holds nan for a token the model chose'
+    >>> token_problem([1, 2, 3], [-0.5] * 7, [])
+    'logprobs has 7 entries for 3 completion tokens'
+    >>> token_problem([1, 2], [-0.5, float("nan")], [1, 0]) is None
+    True
+    """
+    if logprobs and not (all(map(math.isfinite, logprobs)) and max(logprobs) <= LOGPROB_SLACK):
+        for k, value in enumerate(logprobs):
+            forced = k < len(mask) and mask[k] == 0
+            if math.isnan(value) and not forced:
+                return "logprobs holds nan for a token the model chose"
+            if not math.isnan(value) and not (math.isfinite(value) and value <= LOGPROB_SLACK):
+                return f"logprobs holds {value}, not a log-probability"
+    for name, values in (("logprobs", logprobs), ("completion_mask", mask)):
+        if values and token_ids and len(values) != len(token_ids):
+            return f"{name} has {len(values)} entries for {len(token_ids)} completion tokens"
+    if vote_probs and not (all(map(math.isfinite, vote_probs)) and 0 <= min(vote_probs) <= max(vote_probs) <= 1.001):
+        bad = next(v for v in vote_probs if not (math.isfinite(v) and 0 <= v <= 1.001))
+        return f"vote probability {bad} is not in [0, 1]"
+    return None
 
 
 @dataclass(frozen=True)
@@ -95,10 +115,10 @@ class Action:
 
         >>> Action("x", completion_token_ids=[1, 2**31]).problem()
         'completion_token_ids: expected integers in [0, 2147483647]'
-        >>> Action("x", logprobs=[float("nan"), float("inf"), 5.0]).problem()
-        'logprobs: expected finite numbers <= 0'
+        >>> Action("x", logprobs=[-0.5, float("inf"), 5.0]).problem()
+        'logprobs holds inf, not a log-probability'
         >>> Action("x", completion_token_ids=[1, 2, 3], logprobs=[-0.1] * 7).problem()
-        'logprobs length: expected one logprob per completion token'
+        'logprobs has 7 entries for 3 completion tokens'
         """
         checks = {
             "text": isinstance(self.text, str),
@@ -108,14 +128,12 @@ class Action:
             "completion_token_ids": self.completion_token_ids is None
             or _ints(self.completion_token_ids, 0, MAX_TOKEN_ID),
             "completion_mask": self.completion_mask is None or _ints(self.completion_mask, 0, 1),
-            "logprobs": self.logprobs is None or _reals(self.logprobs, high=LOGPROB_SLACK),
-            "logprobs length": _same_length(self.logprobs, self.completion_token_ids),
-            "completion_mask length": _same_length(self.completion_mask, self.completion_token_ids),
+            "logprobs": self.logprobs is None or _reals(self.logprobs),
             "vote_distribution": self.vote_distribution is None
             or (
                 isinstance(self.vote_distribution, Mapping)
                 and all(isinstance(k, str) for k in self.vote_distribution)
-                and _reals(list(self.vote_distribution.values()), 0.0, 1.0 + LOGPROB_SLACK)
+                and _reals(list(self.vote_distribution.values()))
             ),
             "choice_step": self.choice_step is None or _ints([self.choice_step], 0, MAX_TOKEN_ID),
             "choice_tokens": self.choice_tokens is None
@@ -129,17 +147,20 @@ class Action:
             "prompt_token_ids": f"integers in [0, {MAX_TOKEN_ID}]",
             "completion_token_ids": f"integers in [0, {MAX_TOKEN_ID}]",
             "completion_mask": "0s and 1s",
-            "logprobs": "finite numbers <= 0",
-            "logprobs length": "one logprob per completion token",
-            "completion_mask length": "one mask entry per completion token",
-            "vote_distribution": "a mapping of choices to probabilities",
+            "logprobs": "numbers",
+            "vote_distribution": "a mapping of choices to numbers",
             "choice_step": "a position >= 0",
             "choice_tokens": "a mapping of choices to token ids",
         }
         for field, ok in checks.items():
             if not ok:
                 return f"{field}: expected {expected.get(field, 'a string')}"
-        return None
+        return token_problem(
+            self.completion_token_ids or [],
+            self.logprobs or [],
+            self.completion_mask or [],
+            list((self.vote_distribution or {}).values()),
+        )
 
     @classmethod
     def of(cls, action: Any) -> Action:

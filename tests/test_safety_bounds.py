@@ -235,8 +235,9 @@ def _reply(logprobs: list[float], token_ids: list[int] | None = None, text: str 
 
 @pytest.mark.parametrize(
     "reply, needle",
-    [(_reply([math.nan, math.inf, 5.0], [5, 6, 7]), "logprobs: expected finite numbers <= 0"),
-     (_reply([-0.5] * 7, [5, 6, 7]), "logprobs length: expected one logprob per completion token")],
+    [(_reply([math.nan, math.inf, 5.0], [5, 6, 7]), "logprobs holds nan for a token the model chose"),
+     (_reply([-0.5, math.inf, 5.0], [5, 6, 7]), "logprobs holds inf, not a log-probability"),
+     (_reply([-0.5] * 7, [5, 6, 7]), "logprobs has 7 entries for 3 completion tokens")],
 )  # fmt: skip
 def test_impossible_logprobs_from_a_server_forfeit_the_action(tmp_path, reply, needle, capsys):
     """Item 4: logprobs ``[nan, inf, 5.0]`` or 7 logprobs for 3 tokens gave exit 0 and a buffer every reader accepted."""
@@ -252,11 +253,11 @@ def test_impossible_logprobs_from_a_server_forfeit_the_action(tmp_path, reply, n
 
 
 _BAD_ROWS = [
-    ({"logprobs": [-0.1, math.nan], "completion_token_ids": [1, 2]}, "logprobs holds nan"),
-    ({"logprobs": [-0.1, 5.0], "completion_token_ids": [1, 2]}, "logprobs holds 5.0"),
+    ({"logprobs": [-0.1, math.nan], "completion_token_ids": [1, 2]}, "logprobs holds nan for a token the model chose"),
+    ({"logprobs": [-0.1, 5.0], "completion_token_ids": [1, 2]}, "logprobs holds 5.0, not a log-probability"),
     ({"logprobs": [-0.1] * 7, "completion_token_ids": [1, 2, 3]}, "logprobs has 7 entries for 3 completion tokens"),
     ({"completion_mask": [1, 0], "completion_token_ids": [1, 2, 3]}, "completion_mask has 2 entries"),
-    ({"vote_probs": [0.5, 1.5]}, "vote_probs holds 1.5"),
+    ({"vote_probs": [0.5, 1.5]}, "vote probability 1.5 is not in [0, 1]"),
 ]
 
 
@@ -272,6 +273,18 @@ def test_a_buffer_with_impossible_numbers_is_refused(tmp_path, fields, needle, c
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert _one_line_error(err) and needle in err and "row 1" in err
+
+
+def test_nan_is_a_logprob_only_on_a_forced_token(tmp_path, capsys):
+    """A constrained vote's forced closing tag is never scored (``trainers/votes.py`` records NaN
+    there, mask 0): such a buffer still loads; NaN on a chosen token does not."""
+    row = {**ROW, "completion_token_ids": [1, 2, 3], "logprobs": [-0.5, -0.1, math.nan], "completion_mask": [0, 1, 0]}
+    path = EpisodeBuffer([row]).save(tmp_path / "b.parquet")
+    assert math.isnan(EpisodeBuffer.load(path).rows[0]["logprobs"][2])
+    assert main(["replay", str(path)]) == 0
+    EpisodeBuffer([{**row, "completion_mask": [0, 1, 1]}]).save(path)
+    assert main(["replay", str(path)]) == 2
+    assert "logprobs holds nan for a token the model chose" in capsys.readouterr().err
 
 
 def test_a_well_formed_reply_is_kept(tmp_path):

@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import shutil
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,7 +38,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from spy_env.io import check_tree, honour_umask, parse_json, pid_alive, write_text
+from spy_env.io import check_tree, honour_umask, lock_run, parse_json, pid_alive, write_text
 from trainers.snapshots import optimizer_from_flat, optimizer_to_flat, restore_rng, rng_snapshot
 
 logger = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ __all__ = [
     "CheckpointError",
     "check_finite_files",
     "first_non_finite",
+    "hold_run_folder",
     "load_trainer",
     "open_checkpoint",
     "optimizer_from_flat",
@@ -115,6 +117,19 @@ def open_checkpoint(root: Path, path: str) -> Path:
         raise CheckpointError(f"{e}; resume reads weights only from safetensors") from e
     verify_manifest(folder)
     check_finite_files(folder)
+    return folder
+
+
+def hold_run_folder(owner: object, folder: str | os.PathLike, *, create: bool) -> Path:
+    """``folder`` (created if ``create``), locked for this process until ``owner`` is gone
+    (:func:`spy_env.io.lock_run`): every writer of a run, fresh or resumed, takes it before it
+    reads a checkpoint or writes. Under a launcher rank 0 holds it for all ranks; a missing folder
+    (a resume with nothing to resume) is left to the checkpoint's own error."""
+    folder = Path(folder)
+    if create:
+        folder.mkdir(parents=True, exist_ok=True)
+    if int(os.environ.get("RANK", "0") or 0) == 0 and folder.is_dir():
+        weakref.finalize(owner, lock_run(folder).release)
     return folder
 
 

@@ -34,9 +34,7 @@ The pieces live next door: :mod:`trainers.samples` (which rows train, advantages
 from __future__ import annotations
 
 import contextlib
-import os
 import time
-import weakref
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -48,7 +46,6 @@ from agents.hf import resolve_device
 from spy_env.buffer import EpisodeBuffer
 from spy_env.config import GameConfig
 from spy_env.heldout import evaluate_heldout, summarize
-from spy_env.io import lock_run
 from spy_env.metrics import game_metrics
 from spy_env.policy import RolloutPolicy
 from spy_env.runner import Runner
@@ -87,12 +84,7 @@ class SpyRLTrainer:
 
     def __init__(self, config: SpyRLConfig, resume_from: str | Path | None = None) -> None:
         self.config = config
-        self.output_dir = Path(config.output_dir)
-        # one process writes a run folder, resumed or not (rank 0 takes it for a launcher's processes)
-        if not resume_from:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-        if int(os.environ.get("RANK", "0") or 0) == 0 and self.output_dir.is_dir():
-            weakref.finalize(self, lock_run(self.output_dir).release)
+        self.output_dir = ckpt.hold_run_folder(self, config.output_dir, create=not resume_from)  # one writer a run
         if resume_from:  # a bad checkpoint fails here, before anything is built or written
             resume_from = ckpt.open_checkpoint(self.output_dir / "checkpoints", str(resume_from))
         self.output_dir.mkdir(parents=True, exist_ok=True)
