@@ -10,8 +10,8 @@ bounded size. The path the user typed may itself be a link (that is their choice
 Every JSON or YAML text that comes from a file, a server or a command line is read by the bounded
 readers here (:func:`parse_json`, :func:`check_json_depth`, :func:`parse_yaml`): nesting deeper
 than :data:`MAX_DEPTH` levels, and YAML whose aliases expand to more than :data:`MAX_YAML_SIZE`
-values and characters, is a ``ValueError`` naming the text before any parser that recurses in C (pyarrow's JSON
-reader, ``datasets``) or any code that walks the value sees it.
+values and characters, is a ``ValueError`` naming the text before any parser that recurses in C
+(pyarrow's JSON reader, ``datasets``) or any code that walks the value sees it.
 
 A run folder is written by one process at a time: :func:`lock_run`. Outputs are written by
 :func:`atomic_path` / :func:`write_text` / :func:`atomic_folder`, which never write through a link
@@ -136,11 +136,8 @@ def refuse_existing(path: str | os.PathLike, what: str = "output") -> None:
         raise ValueError(f"{what} {str(path)!r} exists; pass --overwrite to replace it")
 
 
-def write_text(path: str | os.PathLike, text: str, *, overwrite: bool = True) -> Path:
-    """Write ``text`` atomically (:func:`atomic_path`); a link at ``path`` is replaced, never
-    followed. ``overwrite=False`` refuses an existing ``path``."""
-    if not overwrite:
-        refuse_existing(path)
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` atomically (:func:`atomic_path`); a link at ``path`` is replaced, never followed."""
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(path)
@@ -421,7 +418,6 @@ def save_pretrained(folder: str | os.PathLike, *objects: Pretrained, overwrite: 
 
 
 # ----------------------------------------------------------------------------- run lock
-LOCK_FILE = ".spyrl-run.lock"
 _HELD: dict[tuple[int, int], list[int]] = {}  # (device, inode) of a locked folder -> [fd, holders]
 
 
@@ -451,32 +447,41 @@ def lock_run(folder: str | os.PathLike) -> RunLock:
 
     Every writer of a run folder (a fresh run and ``--resume`` alike) takes it before it reads a
     checkpoint or writes anything, so two processes never write one run: the second is a
-    ``ValueError`` naming the process that holds it. The lock is an ``flock`` on
-    ``folder/.spyrl-run.lock``, dropped by the kernel when its process ends, however it ends.
-    One process may take the same folder again (a trainer resumed in the process that trained).
+    ``ValueError`` naming the process that holds it. The lock is an ``flock`` on the folder
+    itself (nothing is written into it), dropped by the kernel when its process ends, however it
+    ends. One process may take the same folder again (a trainer resumed in the process that trained).
     """
     import fcntl
 
     folder = Path(folder)
-    st = os.stat(folder)
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    st = os.fstat(fd)
     key = (st.st_dev, st.st_ino)
     if key in _HELD:
+        os.close(fd)
         _HELD[key][1] += 1
         return RunLock(folder, key)
-    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.read(fd, 32).decode("ascii", errors="replace").strip() or "?"
         os.close(fd)
+        holder = _flock_holder(st)
         raise ValueError(
-            f"run folder {str(folder)!r} is being written by another process (pid {holder}); wait for it to end "
-            "or choose another folder"
+            f"run folder {str(folder)!r} is being written by another process{f' (pid {holder})' if holder else ''}; "
+            "wait for it to end or choose another folder"
         ) from None
     except BaseException:
         os.close(fd)
         raise
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     _HELD[key] = [fd, 1]
     return RunLock(folder, key)
+
+
+def _flock_holder(st: os.stat_result) -> int | None:
+    """The pid holding an ``flock`` on the file of ``st``, from Linux's ``/proc/locks`` (else ``None``)."""
+    where = f" {os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino} "
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/locks", encoding="ascii") as f:
+        for line in f:
+            if "FLOCK" in line and where in line:
+                return int(line.split(where)[0].split()[-1])
+    return None
