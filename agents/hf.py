@@ -366,11 +366,21 @@ class HFPolicy:
 
 
 def _missing_folder(argument: str) -> str | None:
-    """A path that looks local must be a folder (anything else is a hub id, resolved on load)."""
+    """A path that looks local must be a model folder: a folder holding ``config.json`` or a
+    ``.gguf`` file (anything else is a hub id, resolved on load). ``hf:/etc`` is named as what it
+    is, not as transformers' complaint about a missing tokenizer library."""
     from pathlib import Path
 
-    if argument.startswith(("/", "./", "../", "~")) and not Path(argument).expanduser().is_dir():
+    if not argument.startswith(("/", "./", "../", "~")):
+        return None
+    folder = Path(argument).expanduser()
+    if not folder.is_dir():
         return f"agent spec {'hf:' + argument!r}: model folder {argument!r} does not exist"
+    if not (folder / "config.json").is_file() and not any(folder.glob("*.gguf")):
+        return (
+            f"agent spec {'hf:' + argument!r}: {argument!r} is not a model folder (it holds no config.json "
+            "or .gguf file)"
+        )
     return None
 
 

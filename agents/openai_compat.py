@@ -15,7 +15,6 @@ token ids are kept when it returns them (vLLM with ``extra_body={"return_token_i
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import random
@@ -27,6 +26,7 @@ from typing import Any
 
 from agents.registry import register_backend
 from agents.sampling import SamplingParams
+from spy_env.io import parse_json
 from spy_env.policy import Action, Observation, chat_messages
 
 logger = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ class OpenAIPolicy:
                 if status >= 400:
                     self.stats["failures"] += 1
                     return Action.forfeit(f"HTTP {status}: {text[:300]}")
-                action = _parse(json.loads(body))
+                action = _parse(parse_json(body, "the response"))
                 self.stats["completed"] += 1
                 return action
             except asyncio.TimeoutError:

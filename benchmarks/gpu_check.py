@@ -34,6 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from spy_env.io import read_json, write_text  # noqa: E402  (after the path)
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -168,7 +170,7 @@ def fsdp_worker(spec: dict) -> dict:
 def run_fsdp(model: str, rows: list[dict], out: Path, cpu: bool, timeout: float) -> dict:
     rows_path = out / "fsdp_rows.json"
     keep = ("prompt_token_ids", "completion_token_ids", "advantage")
-    rows_path.write_text(json.dumps([{k: r[k] for k in keep} for r in rows[:64]]))
+    write_text(rows_path, json.dumps([{k: r[k] for k in keep} for r in rows[:64]]))
     spec = {"model": model, "rows": str(rows_path), "micro": 8, "cpu": cpu, "result": str(out / "fsdp.json")}
     if cpu:  # dry run: the worker's code in-process, without FSDP
         return fsdp_worker(spec)
@@ -180,7 +182,7 @@ def run_fsdp(model: str, rows: list[dict], out: Path, cpu: bool, timeout: float)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     if proc.returncode != 0:
         raise RuntimeError(f"fsdp launch failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-    return json.loads(Path(spec["result"]).read_text())
+    return read_json(spec["result"], "fsdp worker result")
 
 
 def main(argv=None) -> int:
@@ -188,7 +190,7 @@ def main(argv=None) -> int:
     if args.fsdp_worker:
         spec = json.loads(args.fsdp_worker)
         result = fsdp_worker(spec)
-        Path(spec["result"]).write_text(json.dumps(result))
+        write_text(spec["result"], json.dumps(result))
         return 0
     import torch
 

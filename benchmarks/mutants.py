@@ -252,7 +252,9 @@ def main() -> int:
         if outcome != "killed":
             print(f"{outcome}: {mutant.row} / {mutant.name}: {last}", file=sys.stderr)
     if args.markdown:
-        args.markdown.write_text("\n".join(table) + "\n\n" + summary + "\n", encoding="utf-8")
+        from spy_env.io import write_text  # atomic, never through a link at the path
+
+        write_text(args.markdown, "\n".join(table) + "\n\n" + summary + "\n")
     return 0 if killed == len(mutants) else 1
 
 

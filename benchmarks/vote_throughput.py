@@ -65,7 +65,9 @@ def measure(name: str, iterations: int, out: str) -> dict:
         "votes": votes,
         "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
     }
-    Path(out).write_text(json.dumps(result))
+    from spy_env.io import write_text  # atomic, never through a link at the path
+
+    write_text(out, json.dumps(result))
     return result
 
 

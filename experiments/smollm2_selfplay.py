@@ -35,7 +35,7 @@ from agents.hf import HFPolicy
 from spy_env.config import GameConfig
 from spy_env.extras import require
 from spy_env.heldout import METRICS, evaluate_heldout, paired_difference, summarize
-from spy_env.io import save_figure, write_text
+from spy_env.io import refuse_existing_outputs, save_figure, save_pretrained, write_text
 from trainers import SpyRLConfig, SpyRLTrainer
 from trainers.extras import PLOTS
 from trainers.policies import learner_policy, seat_policy
@@ -109,8 +109,7 @@ def run_row(name: str, args: argparse.Namespace) -> dict[str, Any]:
             "difference": {m: paired_difference(trained_default, base_default, m).to_dict() for m in METRICS},
         }
     if args.save_model:
-        trainer.unwrapped.save_pretrained(Path(args.save_model) / name)
-        trainer.tokenizer.save_pretrained(Path(args.save_model) / name)
+        save_pretrained(Path(args.save_model) / name, trainer.unwrapped, trainer.tokenizer, overwrite=args.overwrite)
     return out
 
 
@@ -162,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="SpyRLConfig override")
     p.add_argument("--save-model", default=None, help="also save each trained model under this folder")
     p.add_argument("--quick", action="store_true", help="a few-minute run of the same pipeline")
+    p.add_argument("--overwrite", action="store_true", help="replace earlier results and saved models")
     args = p.parse_args(argv)
     try:
         require([PLOTS])  # the chart is drawn after the training, not before
@@ -179,6 +179,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(args.out)
     args.runs = args.runs or str(out / "runs")
+    models = [Path(args.save_model) / name for name in rows] if args.save_model else []
+    try:  # before hours of training, not after
+        refuse_existing_outputs([out / "results.json", out / "heldout_accuracy.png", *models], overwrite=args.overwrite)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     start = time.perf_counter()
     try:
@@ -192,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     results["minutes"] = (time.perf_counter() - start) / 60
-    write_text(out / "results.json", json.dumps(results, indent=1, default=float) + "\n")
+    write_text(out / "results.json", json.dumps(results, indent=1, default=float) + "\n")  # atomic, no link followed
     plot(results, out / "heldout_accuracy.png")
     for row in results["rows"]:
         base, final = row["evaluations"][0], row["evaluations"][-1]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 import time
 from pathlib import Path
@@ -25,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from smollm2_selfplay import greedy_policy
 
-from spy_env.heldout import evaluate_heldout, paired_difference, summarize
+from spy_env.heldout import METRICS, evaluate_heldout, paired_difference, summarize
+from spy_env.io import read_json, refuse_existing_outputs, write_text
 from trainers import SpyRLConfig, SpyRLTrainer
 from trainers.policies import seat_policy
 
@@ -53,10 +55,41 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base-cache", default=None, help="JSON of the base model's validation games (reused)")
     p.add_argument("--out", default="runs/tune")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier result of this --name")
     a = p.parse_args(argv)
+    try:
+        return run(a)
+    except ValueError as e:  # a bad --set, an existing result, a cache of other games: one line, exit 2
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def read_cache(cache: Path, key: dict) -> list[dict] | None:
+    """The base model's validation games saved by an earlier run with the same ``key`` (model,
+    validation documents, games and seed), or ``None`` when there is no cache. A cache of other
+    games, or one that is not a list of per-game metrics, is a ``ValueError`` naming it."""
+    if not cache.exists():
+        return None
+    saved = read_json(cache, "base cache")
+    games = saved.get("games") if isinstance(saved, dict) else None
+    if not isinstance(saved, dict) or saved.get("key") != key or not isinstance(games, list):
+        raise ValueError(f"base cache {str(cache)!r} holds other games than these (or is not a cache); remove it")
+    for game in games:
+        ok = isinstance(game, dict) and isinstance(game.get("document_id"), str) and type(game.get("game_seed")) is int
+        if not ok or not all(_rate(game.get(m)) for m in METRICS):
+            raise ValueError(f"base cache {str(cache)!r} holds a game that is not per-game metrics")
+    return games
+
+
+def _rate(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 <= value <= 1
+
+
+def run(a: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+    result = out / f"{a.name}.json"
+    refuse_existing_outputs([result], overwrite=a.overwrite)  # before the training, not after
     config = SpyRLConfig.preset(
         "smollm2-selfplay",
         performer="heuristic",
@@ -78,12 +111,12 @@ def main(argv: list[str] | None = None) -> int:
         return evaluate_heldout(seats, trainer.game_config, validation, a.val_games, seed=a.val_seed)[1]
 
     cache = Path(a.base_cache) if a.base_cache else None
-    if cache is not None and cache.exists():
-        base = json.loads(cache.read_text())
-    else:
+    key = {"model": config.model, "validation": [d.id for d in validation], "games": a.val_games, "seed": a.val_seed}
+    base = read_cache(cache, key) if cache is not None else None
+    if base is None:
         base = evaluate()
         if cache is not None:
-            cache.write_text(json.dumps(base))
+            write_text(cache, json.dumps({"key": key, "games": base}))
     s = summarize(base)
     print(f"[{a.name}] base validation: expected {s['expected_accuracy']}, greedy {s['detection_accuracy']}")
     log = []
@@ -99,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         record["elapsed_min"] = (time.perf_counter() - start) / 60
         print(f"[{a.name}]", json.dumps(record), flush=True)
         log.append(record)
-    (out / f"{a.name}.json").write_text(json.dumps({"name": a.name, "set": a.set, "log": log}, indent=1) + "\n")
+    write_text(result, json.dumps({"name": a.name, "set": a.set, "log": log}, indent=1) + "\n")
     return 0
 
 

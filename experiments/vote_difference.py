@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from spy_env.io import write_text
+from spy_env.io import refuse_existing_outputs, write_text
 from spy_env.stage import Stage
 from trainers import SpyRLConfig, SpyRLTrainer
 from trainers.algorithm import group_normalized_advantages
@@ -145,7 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default="runs/vote_difference.json")
     p.add_argument("--draws", type=int, default=500)
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier result at --out")
     args = p.parse_args(argv)
+    try:  # before the work, not after
+        refuse_existing_outputs([args.out], overwrite=args.overwrite)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     torch.manual_seed(0)
     config = SpyRLConfig.preset(
         "smollm2-selfplay", performer="heuristic", output_dir="runs/vote_difference", progress=False,

@@ -41,7 +41,7 @@ from typing import Any
 from spy_env.config import GameConfig
 from spy_env.extras import require
 from spy_env.heldout import METRICS, evaluate_heldout, paired_difference, summarize
-from spy_env.io import save_figure, write_text
+from spy_env.io import refuse_existing_outputs, save_figure, save_pretrained, write_text
 from trainers import SpyRLConfig, SpyRLTrainer
 from trainers.extras import PLOTS
 from trainers.policies import learner_policy, seat_policy
@@ -122,8 +122,7 @@ def run_row(
         trained = evaluate(trainer, args.default_games, args.seed, default_setting(config))
         row["default_setting"] = {"base": summary(base["default"]), "trained": summary(trained, base["default"])}
     if name == "expected" and args.save_model:
-        trainer.unwrapped.save_pretrained(Path(args.save_model))
-        trainer.tokenizer.save_pretrained(Path(args.save_model))
+        save_pretrained(args.save_model, trainer.unwrapped, trainer.tokenizer, overwrite=args.overwrite)
     row["minutes"] = (time.perf_counter() - start) / 60
     return row, base
 
@@ -207,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="SpyRLConfig override, every row")
     p.add_argument("--save-model", default=None, help="save the expected row's trained model in this folder")
     p.add_argument("--quick", action="store_true", help="a few-minute run of the same pipeline")
+    p.add_argument("--overwrite", action="store_true", help="replace earlier results and a saved model")
     args = p.parse_args(argv)
     try:
         require([PLOTS])  # the chart is drawn after the training, not before
@@ -226,6 +226,12 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --iterations, --eval-games and --eval-every must be >= 1", file=sys.stderr)
         return 2
     out = Path(args.out)
+    outputs = [out / "vote_gradients.json", out / "vote_gradients.png"]
+    try:  # before the training, not after
+        refuse_existing_outputs([*outputs, *([args.save_model] if args.save_model else [])], overwrite=args.overwrite)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     start = time.perf_counter()
     command = "python experiments/vote_gradients.py " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -16,7 +16,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from spy_env.io import atomic_path
+from spy_env.io import atomic_path, check_json_depth
+from spy_env.policy import token_problem
 
 __all__ = ["COLUMNS", "EpisodeBuffer", "checked_row", "features", "read_dataset", "reset_args", "row_problem"]
 
@@ -99,6 +100,8 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
     ('seat 2147483647 is outside 0..9', None)
     >>> row_problem({"reward": float("nan")})
     'reward nan is not a finite number'
+    >>> row_problem({"completion_token_ids": [1, 2, 3], "logprobs": [-0.5] * 7})
+    'logprobs has 7 entries for 3 completion tokens'
     """
     for name, (low, high) in RANGES.items():
         value = row.get(name)
@@ -108,7 +111,12 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
         value = row.get(name)
         if value is not None and not math.isfinite(value):
             return f"{name} {value} is not a finite number"
-    return None
+    return token_problem(
+        row.get("completion_token_ids") or [],
+        row.get("logprobs") or [],
+        row.get("completion_mask") or [],
+        row.get("vote_probs") or [],
+    )
 
 
 def reset_args(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -212,7 +220,8 @@ def read_dataset(path: str | os.PathLike):
     ``datasets`` caches a file under a key of its path and modification time, so a buffer replaced
     by another with the same mtime (``cp -p``, unzip) would show the old rows: the cache here is a
     temporary folder of this call, and the rows are kept in memory. A file that is not a readable
-    buffer is a ``ValueError`` naming it.
+    buffer, or JSON lines nested deeper than :data:`spy_env.io.MAX_DEPTH`, is a ``ValueError``
+    naming it.
     """
     from datasets import load_dataset
 
@@ -224,6 +233,8 @@ def read_dataset(path: str | os.PathLike):
     if path.stat().st_size == 0:
         raise ValueError(f"episode buffer {str(path)!r} is empty")
     builder = "parquet" if _kind(path) == "parquet" else "json"
+    if builder == "json":  # pyarrow's JSON reader recurses in C: 10,000 levels are a segfault, not an error
+        check_json_depth(path.read_bytes(), f"episode buffer {str(path)!r}")
     try:
         with tempfile.TemporaryDirectory(prefix="spyrl-buffer-") as cache, _quiet("datasets"):
             # its own log line would repeat the error below

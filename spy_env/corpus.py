@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from spy_env.degrade import sentence_spans
+from spy_env.io import parse_json
 from spy_env.parsing import clean_text
 
 logger = logging.getLogger(__name__)
@@ -294,8 +295,8 @@ def _json_rows(files: Sequence[Path]) -> Iterator[Any]:
             raise ValueError(f"corpus file {str(file)!r} is empty")
         if data.lstrip()[:1] == b"[":  # a JSON array, not JSON lines
             try:
-                rows = json.loads(data)
-            except (ValueError, UnicodeDecodeError) as e:
+                rows = parse_json(data, f"corpus file {str(file)!r}")
+            except UnicodeDecodeError as e:
                 raise ValueError(f"corpus file {str(file)!r} is not valid JSON ({e})") from e
             yield from rows if isinstance(rows, list) else [rows]
             continue
@@ -303,8 +304,8 @@ def _json_rows(files: Sequence[Path]) -> Iterator[Any]:
             if not line.strip():
                 continue
             try:
-                yield json.loads(line)
-            except (ValueError, UnicodeDecodeError, RecursionError):
+                yield parse_json(line, "row")
+            except (ValueError, UnicodeDecodeError):
                 yield _BadRow()
 
 

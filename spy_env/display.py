@@ -10,8 +10,10 @@ Shown raw, an escape sequence in them can clear the screen or retitle the termin
 - :func:`markup_safe` does that and escapes rich markup, for text interpolated into a markup string;
 - :func:`is_invisible` and :func:`visible_skeleton` know which characters a reader does not see
   (Unicode default-ignorable code points, format and control characters, combining marks,
-  unassigned code points and whitespace), so that a check for a tag such as ``</performance>``
-  sees ``</perf\\u200bormance>`` or ``<\\u3164/performance>`` as the tag it reads as.
+  unassigned code points and whitespace) and which look like others (the Unicode confusables
+  data of UTS #39, small capitals, angle brackets), so that a check for a tag such as
+  ``</performance>`` sees ``</perf\\u200bormance>``, ``<\\u3164/performance>`` or
+  ``</p\\u0435rformance>`` (a Cyrillic ``е``) as the tag it reads as.
 
 >>> terminal_safe("a\\x1b[2Jb\\x1b]0;owned\\x07c\\rd")
 'abcd'
@@ -23,10 +25,11 @@ Shown raw, an escape sequence in them can clear the screen or retitle the termin
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
-__all__ = ["is_invisible", "markup_safe", "terminal_safe", "visible_skeleton"]
+__all__ = ["is_invisible", "look_alike", "markup_safe", "terminal_safe", "visible_skeleton"]
 
 _ESCAPES = re.compile(
     r"""
@@ -75,10 +78,59 @@ def is_invisible(char: str) -> bool:
     return char in _IGNORABLE_LETTERS or unicodedata.category(char) in _INVISIBLE_CATEGORIES or char.isspace()
 
 
+@functools.lru_cache(maxsize=4096)
+def look_alike(char: str) -> str:
+    """The ASCII character a non-ASCII ``char`` (NFKC-normalised, case-folded) reads as, or ``char``.
+
+    From the Unicode data, not a list of our own: the confusables of UTS #39 (Cyrillic ``е``,
+    Greek ``ο``, ``‹``; the ``confusable_homoglyphs`` package ships them), the character names of
+    small capitals (``ᴘ`` is LATIN LETTER SMALL CAPITAL P, which UTS #39 leaves alone) and of
+    angle brackets and less-than signs (``⟨``, ``〈``, ``﹤``, ``«``).
+
+    >>> [look_alike(c) for c in "\u0435\u03bf\u1d18\ua730\u27e8\u27e9\u00e9"]
+    ['e', 'o', 'p', 'f', '<', '>', 'é']
+    """
+    from confusable_homoglyphs.confusables import confusables_data
+
+    name = unicodedata.name(char, "")
+    if small_capital := _SMALL_CAPITAL.fullmatch(name):
+        return small_capital.group(1).lower()
+    for side, ascii_char in (("LEFT", "<"), ("RIGHT", ">")):
+        sign = "LESS-THAN SIGN" if side == "LEFT" else "GREATER-THAN SIGN"
+        if name.endswith(sign) or ("ANGLE" in name and side in name and ("BRACKET" in name or "QUOTATION" in name)):
+            return ascii_char
+    homoglyphs = [h["c"] for h in confusables_data.get(char, ()) if len(h["c"]) == 1 and h["c"].isascii()]
+    letters = [h for h in homoglyphs if h.isalnum()]
+    return (letters or homoglyphs or [char])[0].lower()
+
+
+_SMALL_CAPITAL = re.compile(r"LATIN LETTER SMALL CAPITAL ([A-Z])")
+
+
+@functools.lru_cache(maxsize=4096)
+def _fold(char: str) -> str:
+    """A visible non-ASCII character as :func:`visible_skeleton` reads it: its look-alike if it
+    has one (NFKC would turn the lunate sigma ``ϲ``, which looks like ``c``, into ``ς``), else NFKC
+    and then each character as its look-alike (capital Greek ``Ε`` looks like ``E``, its lower
+    case ``ε`` does not), else case-folded and then as its look-alike."""
+    alike = look_alike(char)
+    if alike.isascii():
+        return alike
+    out = []
+    for c in unicodedata.normalize("NFKC", char):
+        alike = c.lower() if c.isascii() else look_alike(c)
+        if alike != c:
+            out.append(alike)
+            continue
+        out += [f if f.isascii() else look_alike(f) for f in c.casefold()]
+    return "".join(out)
+
+
 def visible_skeleton(text: str) -> tuple[str, list[int]]:
     """``text`` as a reader sees it, for matching: invisible characters dropped, the rest
-    NFKC-normalised (fullwidth ``＜`` is ``<``) and case-folded; with, for each character of the
-    skeleton, the index in ``text`` it came from. Linear in ``len(text)``.
+    NFKC-normalised (fullwidth ``＜`` is ``<``), case-folded and mapped to the ASCII character it
+    looks like (:func:`look_alike`); with, for each character of the skeleton, the index in
+    ``text`` it came from. Linear in ``len(text)``.
     """
     chars: list[str] = []
     origin: list[int] = []
@@ -89,7 +141,7 @@ def visible_skeleton(text: str) -> tuple[str, list[int]]:
             chars.append(char.lower())
             origin.append(i)
         elif not is_invisible(char):
-            for folded in unicodedata.normalize("NFKC", char).casefold():
+            for folded in _fold(char):
                 chars.append(folded)
                 origin.append(i)
     return "".join(chars), origin

@@ -4,8 +4,18 @@ never half of one) and the checks on files read from inside an input folder.
 A folder a user hands over (a tournament result, a training run) may come from someone else: a
 ``chart.png`` in it that links to ``~/.ssh/id_rsa`` must not end up embedded in a page. Files
 inside such a folder are read only through :func:`folder_file` / :func:`read_folder_file`: a
-regular file reached without following a symbolic link, of bounded size. The path the user typed
-may itself be a link (that is their choice).
+regular file reached without following a symbolic link (nor a hard link to a file elsewhere), of
+bounded size. The path the user typed may itself be a link (that is their choice).
+
+Every JSON or YAML text that comes from a file, a server or a command line is read by the bounded
+readers here (:func:`parse_json`, :func:`check_json_depth`, :func:`parse_yaml`): nesting deeper
+than :data:`MAX_DEPTH` levels, and YAML whose aliases expand to more than :data:`MAX_YAML_SIZE`
+values and characters, is a ``ValueError`` naming the text before any parser that recurses in C
+(pyarrow's JSON reader, ``datasets``) or any code that walks the value sees it.
+
+A run folder is written by one process at a time: :func:`lock_run`. Outputs are written by
+:func:`atomic_path` / :func:`write_text` / :func:`atomic_folder`, which never write through a link
+planted at the output path and leave nothing half-written behind.
 """
 
 from __future__ import annotations
@@ -13,25 +23,48 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 __all__ = [
+    "MAX_DEPTH",
+    "MAX_YAML_CHARS",
+    "MAX_YAML_SIZE",
+    "RunLock",
+    "atomic_folder",
     "atomic_path",
+    "check_json_depth",
     "check_tree",
     "folder_file",
     "honour_umask",
+    "lock_run",
     "parse_json",
+    "parse_yaml",
     "pid_alive",
     "read_folder_file",
     "read_json",
+    "refuse_existing",
+    "refuse_existing_outputs",
     "remove_stale_temporaries",
     "save_figure",
+    "save_pretrained",
     "write_text",
 ]
+
+# Nesting a JSON or YAML value may have. Everything spyrl reads is at most 5 deep (a buffer row's
+# prompt: row > list > message > text); parsers that recurse in C crash the process near 10,000.
+MAX_DEPTH = 64
+# Values plus characters of its strings a YAML text may stand for once its aliases are expanded
+# (a config is about 10,000; a config whose game.corpus lists its documents, about its length).
+MAX_YAML_SIZE = 4_000_000
+# Characters of a YAML text (a full config is about 10 KB).
+MAX_YAML_CHARS = 1 << 20
 
 
 @contextlib.contextmanager
@@ -97,10 +130,57 @@ def _umask() -> int:
     return mask
 
 
+def refuse_existing(path: str | os.PathLike, what: str = "output") -> None:
+    """``ValueError`` if anything (a file, a folder, a link, even a dangling one) is at ``path``."""
+    if os.path.lexists(path):
+        raise ValueError(f"{what} {str(path)!r} exists; pass --overwrite to replace it")
+
+
 def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` atomically (:func:`atomic_path`); a link at ``path`` is replaced, never followed."""
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(path)
+
+
+@contextlib.contextmanager
+def atomic_folder(path: str | os.PathLike, *, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a new, empty folder beside ``path``; it becomes ``path`` only if the block succeeds.
+
+    Whatever the block writes (``save_pretrained``) lands in a folder this call created, so a
+    ``config.json`` linked to another file in an old folder at ``path`` is never written through;
+    an exception or Ctrl-C removes the half-written folder. An existing ``path`` is refused unless
+    ``overwrite`` (then it is replaced whole, after the block succeeded; a link is replaced, not
+    followed).
+    """
+    path = Path(path)
+    if not overwrite:
+        refuse_existing(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmpdir", dir=path.parent))
+    old = None
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700 folders
+        honour_umask(tmp)
+        if os.path.lexists(path):
+            if not overwrite:
+                refuse_existing(path)  # another writer got there during the block
+            old = path.parent / f".{path.name}.{os.getpid()}.old.tmpdir"
+            os.rename(path, old)
+        os.rename(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and not os.path.lexists(path):
+            os.rename(old, path)
+            old = None
+        raise
+    finally:
+        if old is not None:
+            if old.is_symlink() or not old.is_dir():
+                old.unlink()
+            else:
+                shutil.rmtree(old, ignore_errors=True)
 
 
 def save_figure(fig: Any, path: str | os.PathLike, dpi: int = 100) -> Path:
@@ -131,7 +211,16 @@ def folder_file(folder: str | os.PathLike, relative: str | os.PathLike) -> Path 
             )
     if not stat.S_ISREG(mode):
         raise ValueError(f"{str(path)!r} is not a regular file")
+    _refuse_hard_link(path, path.lstat())
     return path
+
+
+def _refuse_hard_link(path: Path, st: os.stat_result) -> None:
+    if st.st_nlink > 1:  # the same file under another name, possibly outside the folder
+        raise ValueError(
+            f"{str(path)!r} has {st.st_nlink} hard links; files inside an input folder are read only when "
+            "they are not linked from elsewhere"
+        )
 
 
 def read_folder_file(folder: str | os.PathLike, relative: str | os.PathLike, *, max_bytes: int) -> bytes | None:
@@ -141,19 +230,61 @@ def read_folder_file(folder: str | os.PathLike, relative: str | os.PathLike, *, 
         return None
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))  # a link swapped in after the check
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise ValueError(f"{str(path)!r} is not a regular file")
+        _refuse_hard_link(path, st)
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise ValueError(f"{str(path)!r} is larger than {max_bytes} bytes")
     return data
 
 
-def parse_json(text: str, where: str) -> Any:
-    """``json.loads(text)``; malformed or absurdly nested JSON is a ``ValueError`` naming ``where``."""
+# a JSON string literal (no raw newline inside one), and what is not a bracket or a line end
+_JSON_STRING = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}\n]+")
+_EMPTY_PAIR = re.compile(r"\[\]|\{\}")
+
+
+def check_json_depth(text: str | bytes, where: str, max_depth: int = MAX_DEPTH) -> None:
+    """``ValueError`` naming ``where`` when a JSON (or JSON lines) text nests deeper than
+    ``max_depth`` levels; malformed text is left to the parser to report.
+
+    Linear and in C (regular expressions): strings are dropped, then innermost ``[]``/``{}``
+    pairs are removed ``max_depth`` times; what remains is nested deeper, or unbalanced.
+
+    >>> check_json_depth('{"a": [[1], "[[["]}', "x", max_depth=3)
+    >>> check_json_depth("[[[[]]]]", "x", max_depth=3)
+    Traceback (most recent call last):
+    ...
+    ValueError: x is nested more than 3 levels deep
+    """
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    too_deep = ValueError(f"{where} is nested more than {max_depth} levels deep")
+    for _ in range(max_depth):
+        shorter = _EMPTY_PAIR.sub("", brackets)
+        if len(shorter) == len(brackets):
+            break
+        brackets = shorter
+    else:
+        if _EMPTY_PAIR.search(brackets):  # a pair that outlived max_depth removals of inner pairs
+            raise too_deep
+    depth = 0
+    for char in brackets.strip("\n"):  # what is left of broken lines: unclosed "[[[[..." is too deep too
+        depth = 0 if char == "\n" else depth + 1 if char in "[{" else max(depth - 1, 0)
+        if depth > max_depth:
+            raise too_deep
+
+
+def parse_json(text: str | bytes, where: str, max_depth: int = MAX_DEPTH) -> Any:
+    """``json.loads(text)``; malformed JSON, or JSON nested deeper than ``max_depth``, is a
+    ``ValueError`` naming ``where``."""
+    check_json_depth(text, where, max_depth)
     try:
         return json.loads(text)
-    except RecursionError as e:  # "[[[[..." 50k deep: the decoder recurses per level
+    except RecursionError as e:  # not reached after the check; kept as the last line of defence
         raise ValueError(f"{where} is nested too deeply to be read") from e
     except ValueError as e:
         raise ValueError(f"{where} is not JSON ({e})") from e
@@ -193,3 +324,164 @@ def check_tree(folder: str | os.PathLike, suffixes: frozenset[str], *, free: str
                 raise ValueError(f"{path} is not a regular file")
             if name in filenames and not any_suffix and path.suffix.lower() not in suffixes:
                 raise ValueError(f"{path} is not a data file (allowed: {', '.join(sorted(suffixes))})")
+
+
+def parse_yaml(text: str, where: str, *, max_depth: int = MAX_DEPTH, max_size: int = MAX_YAML_SIZE) -> Any:
+    """``yaml.safe_load(text)``, bounded: more than :data:`MAX_YAML_CHARS` characters, more than
+    ``max_depth`` levels of nesting, a text that stands for more than ``max_size`` values and
+    string characters once its aliases are expanded (an alias bomb: 9 levels of 9 anchors are 387
+    million strings) or an alias to a value that contains it is a ``ValueError`` naming
+    ``where``, raised while composing, before any value is built. Malformed YAML raises
+    ``yaml.YAMLError``.
+
+    >>> parse_yaml("a: [1, {b: 2}]", "x")
+    {'a': [1, {'b': 2}]}
+    >>> parse_yaml("a: &a [1, 2]\\nb: [*a, *a, *a]", "x", max_size=15)
+    Traceback (most recent call last):
+    ...
+    ValueError: x stands for more than 15 values and characters once its aliases are expanded
+    """
+    import yaml
+
+    if len(text) > MAX_YAML_CHARS:
+        raise ValueError(f"{where} is longer than {MAX_YAML_CHARS} characters")
+    loader = _bounded_loader(yaml)(text)
+    loader.where, loader.max_depth, loader.max_size = where, max_depth, max_size
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def _bounded_loader(yaml: Any) -> type:
+    class BoundedLoader(yaml.SafeLoader):
+        """Counts the depth of the node being composed and the expanded size of every node."""
+
+        depth = 0
+        sizes: dict[int, int]
+
+        def compose_document(self) -> Any:
+            self.sizes = {}
+            return super().compose_document()
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.depth >= self.max_depth:
+                raise ValueError(f"{self.where} is nested more than {self.max_depth} levels deep")
+            alias = self.check_event(yaml.AliasEvent)
+            self.depth += 1
+            try:
+                node = super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+            if alias:  # a node composed before, with its size, unless it is still being composed
+                if id(node) not in self.sizes:
+                    raise ValueError(f"{self.where} holds an alias to a value that contains it")
+                size = self.sizes[id(node)]
+            elif isinstance(node, yaml.ScalarNode):
+                size = 1 + len(node.value)
+            else:
+                children = (
+                    [c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode) else node.value
+                )
+                size = 1 + sum(self.sizes[id(c)] for c in children)
+            self.sizes[id(node)] = size
+            if size > self.max_size:
+                raise ValueError(
+                    f"{self.where} stands for more than {self.max_size} values and characters once its aliases "
+                    "are expanded"
+                )
+            return node
+
+    return BoundedLoader
+
+
+def refuse_existing_outputs(paths: Iterable[str | os.PathLike], *, overwrite: bool) -> None:
+    """Before a long job: ``ValueError`` for the first of ``paths`` that exists, unless ``overwrite``."""
+    if not overwrite:
+        for path in paths:
+            refuse_existing(path)
+
+
+class Pretrained(Protocol):
+    """A transformers object that saves itself into a folder (a model, a tokenizer)."""
+
+    def save_pretrained(self, folder: Any) -> Any: ...
+
+
+def save_pretrained(folder: str | os.PathLike, *objects: Pretrained, overwrite: bool = False) -> Path:
+    """``obj.save_pretrained`` of each of ``objects`` into ``folder``, as one :func:`atomic_folder`:
+    a new folder, never written through a link, whole or absent after an exception or Ctrl-C."""
+    with atomic_folder(folder, overwrite=overwrite) as tmp:
+        for obj in objects:
+            obj.save_pretrained(tmp)
+    return Path(folder)
+
+
+# ----------------------------------------------------------------------------- run lock
+_HELD: dict[tuple[int, int], list[int]] = {}  # (device, inode) of a locked folder -> [fd, holders]
+
+
+@dataclass
+class RunLock:
+    """This process's hold on a run folder (see :func:`lock_run`); :meth:`release` ends it."""
+
+    folder: Path
+    key: tuple[int, int]
+    released: bool = False
+
+    def release(self) -> None:
+        if self.released:
+            return
+        self.released = True
+        held = _HELD.get(self.key)
+        if held is None:
+            return
+        held[1] -= 1
+        if held[1] == 0:
+            del _HELD[self.key]
+            os.close(held[0])  # closing the descriptor drops the flock
+
+
+def lock_run(folder: str | os.PathLike) -> RunLock:
+    """Take the run folder ``folder`` (an existing folder) for this process.
+
+    Every writer of a run folder (a fresh run and ``--resume`` alike) takes it before it reads a
+    checkpoint or writes anything, so two processes never write one run: the second is a
+    ``ValueError`` naming the process that holds it. The lock is an ``flock`` on the folder
+    itself (nothing is written into it), dropped by the kernel when its process ends, however it
+    ends. One process may take the same folder again (a trainer resumed in the process that trained).
+    """
+    import fcntl
+
+    folder = Path(folder)
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    st = os.fstat(fd)
+    key = (st.st_dev, st.st_ino)
+    if key in _HELD:
+        os.close(fd)
+        _HELD[key][1] += 1
+        return RunLock(folder, key)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        holder = _flock_holder(st)
+        raise ValueError(
+            f"run folder {str(folder)!r} is being written by another process{f' (pid {holder})' if holder else ''}; "
+            "wait for it to end or choose another folder"
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    _HELD[key] = [fd, 1]
+    return RunLock(folder, key)
+
+
+def _flock_holder(st: os.stat_result) -> int | None:
+    """The pid holding an ``flock`` on the file of ``st``, from Linux's ``/proc/locks`` (else ``None``)."""
+    where = f" {os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino} "
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/locks", encoding="ascii") as f:
+        for line in f:
+            if "FLOCK" in line and where in line:
+                return int(line.split(where)[0].split()[-1])
+    return None

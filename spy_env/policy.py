@@ -9,6 +9,7 @@ sampling for each iteration and follow the trainer's weights.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,43 @@ def _reals(values: Any) -> bool:
         and not isinstance(values, (str, bytes))
         and all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values)
     )
+
+
+# A log-probability is at most 0; this much above it is float rounding, more is not a logprob.
+LOGPROB_SLACK = 1e-3
+
+
+def token_problem(
+    token_ids: Sequence[int], logprobs: Sequence[float], mask: Sequence[int], vote_probs: Sequence[float] = ()
+) -> str | None:
+    """Why per-token numbers cannot come from a model, or ``None``: the one check of a backend's
+    reply (:meth:`Action.problem`) and of a loaded buffer row (:func:`spy_env.buffer.row_problem`).
+
+    A logprob is finite and at most 0 (NaN only on a token decoding forced, mask 0: never scored);
+    logprobs and mask have one entry per completion token (when both are given); a vote
+    probability is in [0, 1] (1e-3 of rounding allowed). Linear, and in C when everything is fine.
+
+    >>> token_problem([1, 2, 3], [float("nan"), float("inf"), 5.0], [])
+    'logprobs holds nan for a token the model chose'
+    >>> token_problem([1, 2, 3], [-0.5] * 7, [])
+    'logprobs has 7 entries for 3 completion tokens'
+    >>> token_problem([1, 2], [-0.5, float("nan")], [1, 0]) is None
+    True
+    """
+    if logprobs and not (all(map(math.isfinite, logprobs)) and max(logprobs) <= LOGPROB_SLACK):
+        for k, value in enumerate(logprobs):
+            forced = k < len(mask) and mask[k] == 0
+            if math.isnan(value) and not forced:
+                return "logprobs holds nan for a token the model chose"
+            if not math.isnan(value) and not (math.isfinite(value) and value <= LOGPROB_SLACK):
+                return f"logprobs holds {value}, not a log-probability"
+    for name, values in (("logprobs", logprobs), ("completion_mask", mask)):
+        if values and token_ids and len(values) != len(token_ids):
+            return f"{name} has {len(values)} entries for {len(token_ids)} completion tokens"
+    if vote_probs and not (all(map(math.isfinite, vote_probs)) and 0 <= min(vote_probs) <= max(vote_probs) <= 1.001):
+        bad = next(v for v in vote_probs if not (math.isfinite(v) and 0 <= v <= 1.001))
+        return f"vote probability {bad} is not in [0, 1]"
+    return None
 
 
 @dataclass(frozen=True)
@@ -77,6 +115,10 @@ class Action:
 
         >>> Action("x", completion_token_ids=[1, 2**31]).problem()
         'completion_token_ids: expected integers in [0, 2147483647]'
+        >>> Action("x", logprobs=[-0.5, float("inf"), 5.0]).problem()
+        'logprobs holds inf, not a log-probability'
+        >>> Action("x", completion_token_ids=[1, 2, 3], logprobs=[-0.1] * 7).problem()
+        'logprobs has 7 entries for 3 completion tokens'
         """
         checks = {
             "text": isinstance(self.text, str),
@@ -113,7 +155,12 @@ class Action:
         for field, ok in checks.items():
             if not ok:
                 return f"{field}: expected {expected.get(field, 'a string')}"
-        return None
+        return token_problem(
+            self.completion_token_ids or [],
+            self.logprobs or [],
+            self.completion_mask or [],
+            list((self.vote_distribution or {}).values()),
+        )
 
     @classmethod
     def of(cls, action: Any) -> Action:

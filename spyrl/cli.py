@@ -908,8 +908,13 @@ def _user_error(e: BaseException) -> bool:
     return isinstance(e, (ValueError, OSError, ImportError, yaml.YAMLError))
 
 
+# An error line quotes values (a path, a setting): a hostile one must not make it megabytes long.
+MAX_ERROR_CHARS = 2000
+
+
 def _one_line(e: BaseException) -> str:
-    return re.sub(r"\s*\n\s*", " ", str(e).strip()) or type(e).__name__
+    line = re.sub(r"\s*\n\s*", " ", str(e).strip()) or type(e).__name__
+    return line if len(line) <= MAX_ERROR_CHARS else line[:MAX_ERROR_CHARS] + f"... ({len(line)} characters)"
 
 
 # Dependencies whose progress bars, deprecation and advisory warnings are not the user's work.

@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import shutil
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,7 +38,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from spy_env.io import check_tree, honour_umask, pid_alive, write_text
+from spy_env.io import check_tree, honour_umask, lock_run, parse_json, pid_alive, write_text
 from trainers.snapshots import optimizer_from_flat, optimizer_to_flat, restore_rng, rng_snapshot
 
 logger = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ __all__ = [
     "CheckpointError",
     "check_finite_files",
     "first_non_finite",
+    "hold_run_folder",
     "load_trainer",
     "open_checkpoint",
     "optimizer_from_flat",
@@ -118,6 +120,19 @@ def open_checkpoint(root: Path, path: str) -> Path:
     return folder
 
 
+def hold_run_folder(owner: object, folder: str | os.PathLike, *, create: bool) -> Path:
+    """``folder`` (created if ``create``), locked for this process until ``owner`` is gone
+    (:func:`spy_env.io.lock_run`): every writer of a run, fresh or resumed, takes it before it
+    reads a checkpoint or writes. Under a launcher rank 0 holds it for all ranks; a missing folder
+    (a resume with nothing to resume) is left to the checkpoint's own error."""
+    folder = Path(folder)
+    if create:
+        folder.mkdir(parents=True, exist_ok=True)
+    if int(os.environ.get("RANK", "0") or 0) == 0 and folder.is_dir():
+        weakref.finalize(owner, lock_run(folder).release)
+    return folder
+
+
 # ------------------------------------------------------------------------------ manifest
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
@@ -150,7 +165,7 @@ def verify_manifest(folder: Path) -> None:
         )
         raise CheckpointError(f"{path} is missing{old}; refusing to resume from {folder}")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = parse_json(path.read_text(encoding="utf-8"), str(path))
         expected = manifest["sha256"]
         if not isinstance(expected, dict):
             raise TypeError("sha256 is not a mapping")
@@ -216,7 +231,7 @@ def read_state(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     from safetensors.torch import load_file
 
     try:
-        state = json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
+        state = parse_json((folder / STATE_FILE).read_text(encoding="utf-8"), str(folder / STATE_FILE))
         tensors = load_file(str(folder / TENSORS_FILE))
     except FileNotFoundError as e:
         raise CheckpointError(f"{e.filename} is missing; refusing to resume from {folder}") from e

@@ -274,9 +274,11 @@ class SpyRLConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> SpyRLConfig:
-        if name not in PRESETS:
+        if not isinstance(name, str) or name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; known: {sorted(PRESETS)}")
         values = json.loads(json.dumps(PRESETS[name]))
+        if not isinstance(overrides.get("game", {}), Mapping):
+            raise ValueError(f"SpyRLConfig.game must be a mapping of GameConfig fields, got {overrides['game']!r}")
         game = {**values.pop("game", {}), **overrides.pop("game", {})}
         return cls.from_dict({**values, **overrides, "game": game})
 
@@ -284,13 +286,15 @@ class SpyRLConfig:
     def from_yaml(cls, path: str | Path, **overrides: Any) -> SpyRLConfig:
         import yaml
 
+        from spy_env.io import parse_yaml
+
         path = Path(path)
         if not path.is_file():
             raise ValueError(
                 f"config file {str(path)!r} does not exist" if not path.exists() else f"{path} is not a file"
             )
         try:
-            values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            values = parse_yaml(path.read_text(encoding="utf-8"), f"config file {path}") or {}
         except UnicodeDecodeError as e:
             raise ValueError(f"config file {path} is not UTF-8 text") from e
         except yaml.YAMLError as e:
@@ -307,13 +311,15 @@ class SpyRLConfig:
         """Apply ``key=value`` strings (values parsed as YAML; ``game.key=value`` for game fields)."""
         import yaml
 
+        from spy_env.io import parse_yaml
+
         values = self.to_dict()
         for item in assignments:
             key, sep, raw = item.partition("=")
             if not sep:
                 raise ValueError(f"override {item!r} must look like key=value")
             try:
-                value = yaml.safe_load(raw)
+                value = parse_yaml(raw, f"override {key}")
             except yaml.YAMLError as e:
                 raise ValueError(f"override {item!r}: the value is not valid YAML ({getattr(e, 'problem', e)})") from e
             if _string_field(key) and isinstance(value, list) and all(isinstance(v, str) for v in value):

@@ -87,7 +87,7 @@ class SpyRLTrainer:
     def __init__(self, config: SpyRLConfig, resume_from: str | Path | None = None) -> None:
         require(training_extras(config))  # a missing tracker or peft fails now, not after the first iteration
         self.config = config
-        self.output_dir = Path(config.output_dir)
+        self.output_dir = ckpt.hold_run_folder(self, config.output_dir, create=not resume_from)  # one writer a run
         if resume_from:  # a bad checkpoint fails here, before anything is built or written
             resume_from = ckpt.open_checkpoint(self.output_dir / "checkpoints", str(resume_from))
         self.output_dir.mkdir(parents=True, exist_ok=True)

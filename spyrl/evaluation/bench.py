@@ -40,7 +40,7 @@ from spy_env.config import GAME_DEPRECATED_ALIASES, GameConfig
 from spy_env.corpus import HELDOUT_SALT, CorpusFilter, Document, load_corpus, split_documents
 from spy_env.env import parallel_env
 from spy_env.heldout import Interval, bootstrap
-from spy_env.io import write_text
+from spy_env.io import parse_json, write_text
 from spy_env.policy import Action, Policy
 from spy_env.runner import _call as call_policy
 from spy_env.runner import safe_reason
@@ -218,7 +218,7 @@ def load_set(kind: str, path: str | os.PathLike | None = None) -> tuple[BenchSet
     """A set and the documents its games use (checked against the recorded hashes)."""
     _check_kind(kind)
     text = Path(path or set_path(kind)).read_text(encoding="utf-8")
-    raw = json.loads(text)
+    raw = parse_json(text, f"benchmark set {str(path or set_path(kind))!r}")
     if raw.get("name") != kind:
         raise ValueError(f"{path or set_path(kind)} is a {raw.get('name')!r} set, not {kind!r}")
     fields = {_FROM_V1.get(k, k): v for k, v in raw["config"].items()}

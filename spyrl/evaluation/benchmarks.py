@@ -10,9 +10,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from spy_env.io import check_json_depth
 
 __all__ = ["BENCHMARKS", "MATH_SUFFIX", "Benchmark", "Item", "load_items"]
 
@@ -113,6 +116,8 @@ def load_items(
     config = bench.config
     if path and (path.endswith((".jsonl", ".json", ".parquet"))):
         kind = "parquet" if path.endswith(".parquet") else "json"
+        if kind == "json":  # before pyarrow's JSON reader, which recurses in C (a segfault at 10,000 levels)
+            check_json_depth(Path(path).read_bytes(), f"benchmark file {path!r}")
         dataset = load_dataset(kind, data_files=path, split="train", **load_kwargs)
     else:
         dataset = load_dataset(source, config, split=bench.split, **load_kwargs)
