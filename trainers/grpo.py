@@ -63,6 +63,7 @@ from trainers.policies import decoding_options, learner_policy, seat_policy
 from trainers.precision import make_optimizer
 from trainers.samples import (
     Sample,
+    batch_group_stats,
     choice_advantages,
     role_means,
     role_reward_sums,
@@ -70,6 +71,7 @@ from trainers.samples import (
     stage_advantages,
     stage_rewards,
     stage_rows,
+    vote_moments,
 )
 from trainers.seeds import SeedStream, seed_for
 from trainers.sinks import MetricSinks
@@ -226,16 +228,19 @@ class SpyRLTrainer:
             buffer, stage, max_prompt_tokens=c.max_prompt_tokens, spy_vote_in_group=c.spy_vote_in_group
         )
         rewards, penalties = stage_rewards(rows, stage, c)
-        means = None
+        means = stats = None
         if stage is Stage.PERFORM and c.rae and self.distributed:  # global role means keep baselines in sync
             means = role_means(self.all_reduce(role_reward_sums(rewards, [r["role"] for r in rows])))
-        advantages = add_penalties(stage_advantages(rows, rewards, stage, c, self.rae, means), penalties)
+        if stage is Stage.VOTE and c.detect_advantage_groups == "batch" and self.distributed:
+            stats = batch_group_stats(self.all_reduce(vote_moments(rows, rewards, c)))  # the iteration's votes
+        advantages = add_penalties(stage_advantages(rows, rewards, stage, c, self.rae, means, stats), penalties)
+        weights = choice_advantages(rows, stage, c, stats)
         samples = [
-            Sample(row, float(advantage), None if weights is None else tuple(float(w) for w in weights))
-            for row, advantage, weights in zip(rows, advantages, choice_advantages(rows, stage, c), strict=True)
+            Sample(row, float(advantage), None if w is None else tuple(float(x) for x in w))
+            for row, advantage, w in zip(rows, advantages, weights, strict=True)
             if row["trainable"]
         ]
-        if self.distributed:  # every process must run the same number of backward passes
+        if self.distributed:  # every process must run the same number of backward passes (the smallest count)
             counts = self.accelerator.gather(torch.tensor([len(samples)], device=self.accelerator.device))
             samples = samples[: int(counts.min())]
         return samples, sample_stats(samples, skipped)
