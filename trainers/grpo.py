@@ -71,6 +71,7 @@ from trainers.samples import (
     stage_advantages,
     stage_rewards,
     stage_rows,
+    trainable_samples,
     vote_moments,
 )
 from trainers.seeds import SeedStream, seed_for
@@ -234,15 +235,9 @@ class SpyRLTrainer:
         if stage is Stage.VOTE and c.detect_advantage_groups == "batch" and self.distributed:
             stats = batch_group_stats(self.all_reduce(vote_moments(rows, rewards, c)))  # the iteration's votes
         advantages = add_penalties(stage_advantages(rows, rewards, stage, c, self.rae, means, stats), penalties)
-        weights = choice_advantages(rows, stage, c, stats)
-        samples = [
-            Sample(row, float(advantage), None if w is None else tuple(float(x) for x in w))
-            for row, advantage, w in zip(rows, advantages, weights, strict=True)
-            if row["trainable"]
-        ]
-        if self.distributed:  # every process must run the same number of backward passes (the smallest count)
-            counts = self.accelerator.gather(torch.tensor([len(samples)], device=self.accelerator.device))
-            samples = samples[: int(counts.min())]
+        samples = trainable_samples(rows, advantages, choice_advantages(rows, stage, c, stats))
+        if self.distributed:  # every process must run the same number of backward passes
+            samples = samples[: processes.smallest_count(self.accelerator, len(samples))]
         return samples, sample_stats(samples, skipped)
 
     # -------------------------------------------------------------- updates

@@ -39,6 +39,7 @@ __all__ = [
     "stage_advantages",
     "stage_rewards",
     "stage_rows",
+    "trainable_samples",
     "vote_moments",
 ]
 
@@ -226,6 +227,22 @@ def choice_advantages(
     groups = advantage_groups(rows, config.detect_advantage_groups)
     weight = config.game_config().weight_detect
     return expected_advantages(rows, groups, weight, config.advantage_eps, group_stats)[0]
+
+
+def trainable_samples(
+    rows: Sequence[Mapping[str, Any]], advantages: Sequence[float], weights: Sequence[np.ndarray | None]
+) -> list[Sample]:
+    """The rows that train (``trainable``: an untrained spy vote only joined its group), each paired with its
+    advantage and its choices' weights (:func:`choice_advantages`).
+
+    >>> trainable_samples([{"trainable": True}, {"trainable": False}], [0.5, -0.5], [None, None])
+    [Sample(row={'trainable': True}, advantage=0.5, choice_advantages=None)]
+    """
+    return [
+        Sample(row, float(advantage), None if w is None else tuple(float(x) for x in w))
+        for row, advantage, w in zip(rows, advantages, weights, strict=True)
+        if row["trainable"]
+    ]
 
 
 def role_reward_sums(rewards: Sequence[float], roles: Sequence[str]) -> list[float]:
