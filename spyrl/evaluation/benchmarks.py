@@ -1,4 +1,5 @@
-"""The paper's benchmarks: hub ids, splits, columns, prompts and gold answers (DATASETS.md).
+"""The benchmarks (the five the model card names, the two guessed for its seven-benchmark average, two
+extras): hub ids, splits, columns, prompts, gold answers and token budgets (docs/EVALUATION.md).
 
 Every benchmark loads through ``datasets.load_dataset(path, config, split=...)``. ``path`` is the
 hub id by default; a local folder laid out like the hub repository (a README with ``configs``)
