@@ -163,11 +163,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="a few-minute run of the same pipeline")
     p.add_argument("--overwrite", action="store_true", help="replace earlier results and saved models")
     args = p.parse_args(argv)
-    try:
-        require([PLOTS])  # the chart is drawn after the training, not before
-    except ImportError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     defaults = (1, 4, 1, 0) if args.quick else (None, 32, 1, 8)  # iterations None: the preset's
     for name, value in zip(("iterations", "eval_games", "eval_every", "default_games"), defaults, strict=True):
         if getattr(args, name) is None:
@@ -181,8 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     args.runs = args.runs or str(out / "runs")
     models = [Path(args.save_model) / name for name in rows] if args.save_model else []
     try:  # before hours of training, not after
+        require([PLOTS])  # the chart is drawn after the training
         refuse_existing_outputs([out / "results.json", out / "heldout_accuracy.png", *models], overwrite=args.overwrite)
-    except ValueError as e:
+    except (ImportError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)

@@ -208,11 +208,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="a few-minute run of the same pipeline")
     p.add_argument("--overwrite", action="store_true", help="replace earlier results and a saved model")
     args = p.parse_args(argv)
-    try:
-        require([PLOTS])  # the chart is drawn after the training, not before
-    except ImportError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     defaults = {"iterations": 2, "eval_games": 3, "eval_every": 1, "default_games": 0} if args.quick else {}
     defaults = {"iterations": 20, "eval_games": 32, "eval_every": 10, "default_games": 6, **defaults}
     for name, value in defaults.items():
@@ -228,8 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     outputs = [out / "vote_gradients.json", out / "vote_gradients.png"]
     try:  # before the training, not after
+        require([PLOTS])  # the chart is drawn after the training
         refuse_existing_outputs([*outputs, *([args.save_model] if args.save_model else [])], overwrite=args.overwrite)
-    except ValueError as e:
+    except (ImportError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)

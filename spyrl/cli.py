@@ -586,6 +586,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         check_output_dir(args.out_dir, names, overwrite=args.overwrite, flag="--out-dir")
     else:
         check_output(args.out, overwrite=args.overwrite, suffixes=(".json",))
+    if args.max_new_tokens is None:  # games: a game reply; benchmarks: the largest budget of the sets asked for
+        from spyrl.evaluation import token_budget
+
+        benchmarks = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
+        args.max_new_tokens = 128 if args.alignment or args.game else token_budget(benchmarks)
     paths = _benchmark_paths(args.data)
     policy = _load_agent(args.model, args)
     if args.alignment:
@@ -804,7 +809,9 @@ def _add_eval_command(sub: argparse._SubParsersAction) -> None:
         help="comma-separated: "
         + ",".join(
             ["gsm8k", "math500", "aime24", "aime25", "minerva", "mmlu_pro", "gpqa_diamond", "amc23", "olympiadbench"]
-        ),
+        )
+        + "; the first seven give the card's seven-benchmark average (aime24 and mmlu_pro are a guess: the card "
+        "names five)",
     )
     p.add_argument("--limit", type=int, default=None, help="first N questions of each benchmark")
     p.add_argument("--k", type=int, default=None, help="samples per question (avg@k); default per benchmark")
@@ -821,8 +828,9 @@ def _add_eval_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out-dir", default="runs/eval-game", help="output folder of --game")
     _add_overwrite(p)
     _add_max_forfeit_rate(p)
-    # benchmarks keep their protocol: the model's own answers with a longer budget
-    p.set_defaults(max_new_tokens=128, answer="free")
+    # benchmarks keep their protocol: the model's own answers, with each set's budget (docs/EVALUATION.md) unless
+    # --max-new-tokens is given; --game and --alignment: 128
+    p.set_defaults(max_new_tokens=None, answer="free")
     p.set_defaults(func=cmd_eval)
 
 

@@ -390,3 +390,94 @@ def test_a_bracketed_placeholder_override_stays_a_string():
     not a YAML list; numbers and booleans of other fields still parse."""
     config = SpyRLConfig.preset(PAPER).with_overrides(["game.mask_placeholder=[…]", "beta=0.01", "model=[x]"])
     assert config.game_config().mask_placeholder == "[…]" and config.beta == 0.01 and config.model == "[x]"
+
+
+# ------------------------------------------------- issue #30: which group, which memory, on real rows
+@pytest.fixture(scope="module")
+def played(tmp_path_factory):
+    """A real iteration's episode buffer: a ``cpu-smoke`` trainer (the tiny model) plays 3 documents × 3
+    replayed games, every voter in Eq. 5's group (the paper's flags); ``(trainer, rows)``."""
+    config = SpyRLConfig.preset(
+        "cpu-smoke", output_dir=str(tmp_path_factory.mktemp("played")), documents_per_iteration=3,
+        games_per_document=3, keep_buffers=False, progress=False, report_to=[], spy_vote_in_group=True,
+        game={"n_players": 3, "max_document_chars": 800, "train_spy_vote": True, "allow_self_vote": True},
+    )  # fmt: skip
+    trainer = SpyRLTrainer(config)
+    return trainer, list(trainer.rollouts())
+
+
+def by_hand(rows, key, eps=1e-4):
+    """Eq. 5 by hand: (r − mean)/(population std + ε) over the rows sharing ``key(row)``; {(game, seat): A}."""
+    groups = {}
+    for r in rows:
+        groups.setdefault(key(r), []).append(r)
+    out = {}
+    for members in groups.values():
+        rewards = np.array([m["reward_detect"] for m in members])
+        for m, a in zip(members, (rewards - rewards.mean()) / (rewards.std() + eps), strict=True):
+            out[(m["game_id"], m["seat"])] = float(a)
+    return out
+
+
+def test_eq5_groups_are_one_games_voters_on_a_real_buffer(played):
+    """The trainer's own path (``select_samples`` on a played buffer of several documents, each replayed in 3
+    games): each vote's advantage is Eq. 5 over its game's voters, not over every replay of its document;
+    ``prompt`` groups are one seat across its document's replays."""
+    trainer, rows = played
+    votes = [r for r in rows if r["stage"] == "vote"]
+    assert len({r["group_id"] for r in votes}) == 3 and len({r["game_id"] for r in votes}) == 9
+    per_game = by_hand(votes, lambda r: r["game_id"])
+    per_document = by_hand(votes, lambda r: r["group_id"])
+    assert max(abs(per_game[k] - per_document[k]) for k in per_game) > 0.5  # the buffer tells the two apart
+    got = {(s.row["game_id"], s.row["seat"]): s.advantage for s in trainer.select_samples(rows, "detect")[0]}
+    assert sorted(got) == sorted(per_game)  # every voter trains, the spy included
+    assert got == pytest.approx(per_game, abs=1e-9)
+    prompt = replace(trainer.config, detect_advantage_groups="prompt")
+    got = {(s.row["game_id"], s.row["seat"]): s.advantage for s in SpyRLTrainer.select_samples(
+        fake_trainer(prompt), rows, "detect")[0]}  # fmt: skip
+    assert got == pytest.approx(by_hand(votes, lambda r: (r["group_id"], r["seat"])), abs=1e-9)
+
+
+def test_rae_baselines_remember_across_performing_iterations(played):
+    """Three performing iterations through ``select_samples`` (the played buffer's documents as three batches):
+    the advantages are ``r − b_role`` with ``b_role`` the first batch's mean, then
+    ``b ← α b + (1 − α) r̄_role`` (α = 0.9), computed here by hand; a baseline re-seeded from every batch
+    (no memory) gives ``r − r̄_role`` of each batch instead."""
+    trainer, rows = played
+    config = replace(trainer.config, rae_init="first_batch", rae_alpha=0.9, penalty_advantage="own")
+    fake = fake_trainer(config)
+    weight, penalty_weight = config.game_config().weight_perform, config.game_config().weight_penalty
+    baselines: dict[str, float] = {}
+    memoryless_gap = 0.0
+    for document in sorted({r["group_id"] for r in rows}):
+        batch = [r for r in rows if r["group_id"] == document]
+        performances = [r for r in batch if r["stage"] == "perform"]
+        means = {
+            role: weight * float(np.mean([r["reward_perform"] for r in performances if r["role"] == role]))
+            for role in ("civilian", "spy")
+        }
+        for role, mean in means.items():
+            baselines.setdefault(role, mean)  # first_batch: seeded once, never again
+        penalty = {(r["game_id"], r["seat"]): penalty_weight * r["reward_penalty"] for r in performances}  # own
+        expected = {
+            (r["game_id"], r["seat"]): weight * r["reward_perform"]
+            - baselines[r["role"]]
+            + penalty[(r["game_id"], r["seat"])]
+            for r in performances
+        }
+        memoryless = {
+            (r["game_id"], r["seat"]): weight * r["reward_perform"]
+            - means[r["role"]]
+            + penalty[(r["game_id"], r["seat"])]
+            for r in performances
+        }
+        got = {
+            (s.row["game_id"], s.row["seat"]): s.advantage
+            for s in SpyRLTrainer.select_samples(fake, batch, "perform")[0]
+        }
+        assert got == pytest.approx(expected, abs=1e-9), document
+        memoryless_gap = max(memoryless_gap, max(abs(expected[k] - memoryless[k]) for k in expected))
+        for role, mean in means.items():
+            baselines[role] = 0.9 * baselines[role] + 0.1 * mean
+        assert fake.rae.baselines == pytest.approx(baselines, abs=1e-12)
+    assert memoryless_gap > 0.05  # the batches' role means differ: a baseline without memory would show

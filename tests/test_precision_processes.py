@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -118,26 +119,63 @@ def test_two_ddp_processes_train_bf16_with_master_weights(tmp_path):
     assert changed["bfloat16"] >= 0.99 * changed["float32"]
 
 
-def test_documents_per_iteration_is_the_global_batch_on_two_processes(tmp_path):
-    """One process and two play the same documents of an iteration (split between the two), and the same
-    16 rows split over two processes make the same update as on one."""
+@pytest.fixture(scope="module")
+def update_runs(tmp_path_factory):
+    """``distributed_check.py update`` on one process and on two: ``{processes: (tensors, metadata)}``."""
     from safetensors import safe_open
     from safetensors.torch import load_file
 
+    folder = tmp_path_factory.mktemp("update")
     results = {}
     for processes in (1, 2):
-        path = tmp_path / f"update-{processes}.safetensors"
+        path = folder / f"update-{processes}.safetensors"
         launch(processes, "update", str(path))
         with safe_open(str(path), "pt") as handle:
-            documents = json.loads(handle.metadata()["documents"])
-        results[processes] = (load_file(str(path)), documents)
-    (one, docs_one), (two, docs_two) = results[1], results[2]
+            metadata = {k: json.loads(v) for k, v in handle.metadata().items()}
+        results[processes] = (load_file(str(path)), metadata)
+    return results
+
+
+def test_documents_per_iteration_is_the_global_batch_on_two_processes(update_runs):
+    """One process and two play the same documents of an iteration (split between the two), and the same
+    16 rows split over two processes make the same update as on one."""
+    (one, meta_one), (two, meta_two) = update_runs[1], update_runs[2]
+    docs_one, docs_two = meta_one["documents"], meta_two["documents"]
     assert len(docs_two) == 2 and all(len(d) == 2 for d in docs_two)
     assert sorted(docs_two[0] + docs_two[1]) == sorted(docs_one[0]) and len(docs_one[0]) == 4
-    names = [k for k in one if not k.startswith("before.")]
+    names = [k for k in one if "." in k and not k.startswith(("before.", "grad."))]
     moved = max((one[n] - one[f"before.{n}"]).abs().max().item() for n in names)
     gap = max((one[n] - two[n]).abs().max().item() for n in names)
     assert moved > 1e-4 and gap < 1e-3 * moved
+
+
+def test_one_and_two_processes_compute_the_same_gradient(update_runs):
+    """The gradient itself (what the optimizer step receives, after DDP's all-reduce and before clipping), not
+    the weights after an AdamW step (≈ lr·sign(g), then clipped: blind to a gradient's scale): the same 16
+    vote rows on one process and split over two give the same gradient, so the loss's denominator counts the
+    global mini-batch once (a denominator off by the number of processes halves it here)."""
+    one, two = update_runs[1][0], update_runs[2][0]
+    grads = sorted(k for k in one if k.startswith("grad."))
+    assert grads and sorted(k for k in two if k.startswith("grad.")) == grads
+    g1 = torch.cat([one[k].flatten() for k in grads]).double()
+    g2 = torch.cat([two[k].flatten() for k in grads]).double()
+    assert g1.norm() > 1e-3  # a real gradient
+    ratio = (g2 @ g1 / (g1 @ g1)).item()
+    assert abs(ratio - 1) < 1e-3, f"two processes give {ratio:.4f}× the one-process gradient"
+    assert (g2 - g1).norm() < 1e-3 * g1.norm()
+
+
+def test_batch_groups_normalise_over_every_processs_votes(update_runs):
+    """``detect_advantage_groups=batch`` through ``SpyRLTrainer.select_samples``: 8 votes whose two halves
+    differ (3 of 4 right, 1 of 4) get one Eq. 5 normalisation over all 8 on two processes, as on one."""
+    from tests.distributed_check import batch_votes
+
+    rewards = np.array([r["reward"] for r in batch_votes()])
+    expected = (rewards - rewards.mean()) / (rewards.std() + SpyRLConfig().advantage_eps)
+    for processes in (1, 2):
+        got = update_runs[processes][1]["batch_advantages"]
+        assert sorted(got, key=int) == [str(i) for i in range(len(rewards))]
+        np.testing.assert_allclose([got[str(i)] for i in range(len(rewards))], expected, atol=1e-9)
 
 
 def test_share_of_the_global_batch_and_mini_batches():

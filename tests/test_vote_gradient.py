@@ -253,3 +253,49 @@ def test_batch_groups_normalise_over_every_vote_of_the_iteration():
     assert per_game.tolist() == [0.0, 0.0, 0.0, 0.0]
     batch = stage_advantages(rows, rewards, Stage.VOTE, SpyRLConfig(detect_advantage_groups="batch"), None)
     assert batch.round(3).tolist() == [1.0, 1.0, -1.0, -1.0]
+
+
+def test_expected_refuses_a_temperature_its_recorded_probabilities_do_not_have():
+    """``vote_probs`` are recorded at temperature 1 over every legal seat; ``expected`` weights choices by them
+    as the behaviour policy, so votes drawn at another temperature or under top-p would be mis-weighted."""
+    for bad in ({"temperature": 0.7}, {"temperature": 1.3}, {"top_p": 0.9}):
+        with pytest.raises(ValueError, match="vote_gradient"):
+            SpyRLConfig(vote_gradient="expected", vote_mode="constrained", **bad)
+        SpyRLConfig(vote_gradient="sampled", vote_mode="constrained", **bad)  # the sampled vote is scored as drawn
+    SpyRLConfig(vote_gradient="supervised", vote_mode="constrained", temperature=0.7)
+    assert SpyRLConfig.preset("smollm2-selfplay").temperature == 1.0
+
+
+@pytest.mark.parametrize("vote_gradient", ["sampled", "expected"])
+def test_batch_groups_split_over_processes_normalise_like_one_process(vote_gradient):
+    """Two processes holding halves of an iteration's votes, given the moments every process adds up
+    (``vote_moments`` → ``batch_group_stats``), give each vote the advantage one process gives it."""
+    from trainers.samples import batch_group_stats, stage_rewards, vote_moments
+
+    config = SpyRLConfig(detect_advantage_groups="batch", vote_gradient=vote_gradient, vote_mode="constrained")
+    rows = []
+    for i, (reward, p_spy) in enumerate([(1, 0.9), (1, 0.6), (1, 0.7), (0, 0.2), (0, 0.4), (0, 0.1), (1, 0.5)]):
+        rows.append({
+            "game_id": i, "round": 0, "role": "civilian", "spy_seat": 1, "reward_detect": float(reward),
+            "reward_penalty": 0.0, "reward": float(reward), "choice_step": 0, "choice_token_ids": [7, 8, -1],
+            "completion_token_ids": [8 if reward else 7], "vote_probs": [1 - p_spy, p_spy, 0.0],
+        })  # fmt: skip
+    whole_rewards = stage_rewards(rows, Stage.VOTE, config)[0]
+    whole = stage_advantages(rows, whole_rewards, Stage.VOTE, config, None)
+    whole_choices = choice_advantages(rows, Stage.VOTE, config)
+    halves = [rows[:3], rows[3:]]  # the first process's votes mostly right, the second's mostly wrong
+    rewards = [stage_rewards(h, Stage.VOTE, config)[0] for h in halves]
+    summed = np.sum([vote_moments(h, r, config) for h, r in zip(halves, rewards, strict=True)], axis=0)
+    stats = batch_group_stats(summed.tolist())
+    split = np.concatenate(
+        [stage_advantages(h, r, Stage.VOTE, config, None, None, stats) for h, r in zip(halves, rewards, strict=True)]
+    )
+    np.testing.assert_allclose(split, whole, atol=1e-9)
+    local = np.concatenate(
+        [stage_advantages(h, r, Stage.VOTE, config, None) for h, r in zip(halves, rewards, strict=True)]
+    )
+    assert np.abs(local - whole).max() > 0.3  # each process's own votes alone: another normalisation
+    if vote_gradient == "expected":
+        split_choices = [a for h in halves for a in choice_advantages(h, Stage.VOTE, config, stats)]
+        for a, b in zip(split_choices, whole_choices, strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-9)

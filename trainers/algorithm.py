@@ -27,6 +27,7 @@ __all__ = [
     "controller_signals",
     "group_normalized_advantages",
     "group_scaled",
+    "moments_stats",
 ]
 
 # the schedule names of the fixed schedules (configs store them; past parsing a stage is a Stage)
@@ -35,27 +36,49 @@ PERFORM = Stage.PERFORM.schedule_name
 
 
 def group_normalized_advantages(
-    rewards: Sequence[float], groups: Sequence[Hashable], eps: float = 1e-4, scale: bool = True
+    rewards: Sequence[float],
+    groups: Sequence[Hashable],
+    eps: float = 1e-4,
+    scale: bool = True,
+    stats: Mapping[Hashable, tuple[float, float]] | None = None,
 ) -> np.ndarray:
     """Eq. 5: ``A_i = (r_i − mean_g r) / (std_g r + ε)`` within each group ``g`` (population std).
 
     ``r_i`` is voter ``i``'s detection reward ``r_i^D = 1[v_i = u]`` (Eq. 4), ``g`` its game's
     voters ``i ∈ {1..n}`` (``detect_advantage_groups="game"``). With ``scale=False`` only the
-    mean is removed (Dr. GRPO's unscaled variant).
+    mean is removed (Dr. GRPO's unscaled variant). ``stats``: a group's ``(mean, std)`` when its
+    members are not all here (the ``batch`` group of several processes: :func:`moments_stats`).
 
     >>> group_normalized_advantages([1, 0, 0, 1, 1, 1], ["a", "a", "a", "b", "b", "b"]).round(3).tolist()
     [1.414, -0.707, -0.707, 0.0, 0.0, 0.0]
+    >>> group_normalized_advantages([1, 0], [0, 0], stats={0: (0.25, 0.5)}).round(3).tolist()
+    [1.5, -0.5]
     """
     rewards = np.asarray(rewards, dtype=np.float64)
     advantages = np.zeros_like(rewards)
     index: dict[Hashable, list[int]] = {}
     for i, g in enumerate(groups):
         index.setdefault(g, []).append(i)
-    for members in index.values():
+    for g, members in index.items():
         r = rewards[members]
-        centered = r - r.mean()
-        advantages[members] = centered / (r.std() + eps) if scale else centered
+        mean, std = stats[g] if stats and g in stats else (r.mean(), r.std())
+        centered = r - mean
+        advantages[members] = centered / (std + eps) if scale else centered
     return advantages
+
+
+def moments_stats(moments: Sequence[float]) -> tuple[float, float]:
+    """``(mean, population std)`` from ``[Σ m1, Σ m2, n]``: first and second moments summed over members
+    (and over processes: what the ``batch`` group of an iteration's votes needs on several processes).
+
+    >>> moments_stats([1.0, 1.0, 4])
+    (0.25, 0.4330127018922193)
+    """
+    total, squares, count = moments
+    if not count:
+        return 0.0, 0.0
+    mean = total / count
+    return float(mean), float(np.sqrt(max(squares / count - mean * mean, 0.0)))
 
 
 def group_scaled(

@@ -40,6 +40,7 @@ __all__ = [
     "choice_probs",
     "choice_rewards",
     "expected_advantages",
+    "expected_moments",
     "supervised_targets",
 ]
 
@@ -96,22 +97,11 @@ def choice_probs(row: Mapping[str, Any], choice: Choice) -> np.ndarray:
     return q / q.sum() if q.sum() > 0 else np.full(len(choice.seats), 1.0 / len(choice.seats))
 
 
-def expected_advantages(
-    rows: Sequence[Mapping[str, Any]], groups: Sequence[Hashable], weight_detect: float = 1.0, eps: float = 1e-4
-) -> tuple[list[np.ndarray | None], np.ndarray]:
-    """``(choice_advantages, expected_rewards_normalised)`` of ``vote_gradient="expected"``.
-
-    Per row: ``Â_k = (r_k − μ_g)/(σ_g + ε)`` over its choices (None without a choice), and the
-    normalised expected reward ``(Σ_k q_k r_k − μ_g)/(σ_g + ε)`` for its reasoning tokens, with
-    ``μ_g``, ``σ_g`` the mean and (population) std of the group's rewards under the rows' recorded
-    choice distributions (rows without a choice enter with their sampled reward).
-
-    >>> rows = [{"choice_step": 0, "choice_token_ids": [-1, 7, 8, -1], "completion_token_ids": [7],
-    ...          "vote_probs": [0.0, 0.5, 0.5, 0.0], "spy_seat": 2, "reward_detect": 0.0}] * 2
-    >>> advantages, reasoning = expected_advantages(rows, [0, 0])
-    >>> advantages[0].round(3).tolist(), reasoning.round(3).tolist()
-    ([-1.0, 1.0], [0.0, 0.0])
-    """
+def _choice_distributions(
+    rows: Sequence[Mapping[str, Any]], weight_detect: float
+) -> tuple[list[Choice | None], list[np.ndarray], list[np.ndarray]]:
+    """Per row: its choice, its recorded distribution ``q`` and each choice's reward ``r_k`` (a row without
+    a choice: one certain outcome, its sampled reward)."""
     choices = [Choice.of(r) for r in rows]
     dists, rewards = [], []
     for row, choice in zip(rows, choices, strict=True):
@@ -121,15 +111,57 @@ def expected_advantages(
         else:
             dists.append(choice_probs(row, choice))
             rewards.append(choice_rewards(choice, row["spy_seat"], weight_detect))
+    return choices, dists, rewards
+
+
+def expected_moments(rows: Sequence[Mapping[str, Any]], weight_detect: float = 1.0) -> list[float]:
+    """``[Σ_i q_i·r_i, Σ_i q_i·r_i², n]``: the moments of the rows' rewards under their recorded choice
+    distributions, what processes add up for a group spread over them (:func:`trainers.algorithm.moments_stats`).
+
+    >>> rows = [{"choice_step": 0, "choice_token_ids": [-1, 7, 8, -1], "completion_token_ids": [7],
+    ...          "vote_probs": [0.0, 0.5, 0.5, 0.0], "spy_seat": 2, "reward_detect": 0.0}]
+    >>> expected_moments(rows)
+    [0.5, 0.5, 1]
+    """
+    _, dists, rewards = _choice_distributions(rows, weight_detect)
+    return [float(sum(q @ r for q, r in zip(dists, rewards, strict=True))),
+            float(sum(q @ r**2 for q, r in zip(dists, rewards, strict=True))), len(rows)]  # fmt: skip
+
+
+def expected_advantages(
+    rows: Sequence[Mapping[str, Any]],
+    groups: Sequence[Hashable],
+    weight_detect: float = 1.0,
+    eps: float = 1e-4,
+    stats: Mapping[Hashable, tuple[float, float]] | None = None,
+) -> tuple[list[np.ndarray | None], np.ndarray]:
+    """``(choice_advantages, expected_rewards_normalised)`` of ``vote_gradient="expected"``.
+
+    Per row: ``Â_k = (r_k − μ_g)/(σ_g + ε)`` over its choices (None without a choice), and the
+    normalised expected reward ``(Σ_k q_k r_k − μ_g)/(σ_g + ε)`` for its reasoning tokens, with
+    ``μ_g``, ``σ_g`` the mean and (population) std of the group's rewards under the rows' recorded
+    choice distributions (rows without a choice enter with their sampled reward). ``stats``: a group's
+    ``(μ_g, σ_g)`` when its members are not all here (the ``batch`` group over several processes).
+
+    >>> rows = [{"choice_step": 0, "choice_token_ids": [-1, 7, 8, -1], "completion_token_ids": [7],
+    ...          "vote_probs": [0.0, 0.5, 0.5, 0.0], "spy_seat": 2, "reward_detect": 0.0}] * 2
+    >>> advantages, reasoning = expected_advantages(rows, [0, 0])
+    >>> advantages[0].round(3).tolist(), reasoning.round(3).tolist()
+    ([-1.0, 1.0], [0.0, 0.0])
+    """
+    choices, dists, rewards = _choice_distributions(rows, weight_detect)
     advantages: list[np.ndarray | None] = [None] * len(rows)
     reasoning = np.zeros(len(rows))
     members: dict[Hashable, list[int]] = {}
     for i, g in enumerate(groups):
         members.setdefault(g, []).append(i)
-    for idx in members.values():
-        mean = float(np.mean([dists[i] @ rewards[i] for i in idx]))
-        var = float(np.mean([dists[i] @ (rewards[i] - mean) ** 2 for i in idx]))
-        scale = np.sqrt(var) + eps
+    for g, idx in members.items():
+        if stats and g in stats:
+            mean, std = stats[g]
+        else:
+            mean = float(np.mean([dists[i] @ rewards[i] for i in idx]))
+            std = float(np.sqrt(np.mean([dists[i] @ (rewards[i] - mean) ** 2 for i in idx])))
+        scale = std + eps
         for i in idx:
             reasoning[i] = (dists[i] @ rewards[i] - mean) / scale
             if choices[i] is not None:

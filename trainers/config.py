@@ -11,6 +11,9 @@ Presets (``SpyRLConfig.preset(name, **overrides)``, values in :mod:`trainers.pre
   tokens, 5 players, 1 round, bf16, gradient checkpointing, colocated vLLM rollouts
   (``generation=vllm-server`` for a separate ``trl vllm-serve``).
 - ``smollm2-cpu``: SmolLM2-135M-Instruct on CPU, tiny batches, one iteration of each stage.
+- ``smollm2-selfplay``: SmolLM2 learning to detect the spy on CPU (docs/experiment/TUNING.md): an eased
+  3-player game, constrained votes, ``vote_gradient=expected`` (not the paper's estimator), ``batch``
+  advantage groups, detection only.
 - ``cpu-smoke``: a tiny random model built on the fly; minutes on CPU.
 
 Values can also come from a YAML file (``SpyRLConfig.from_yaml``) and ``key=value`` overrides
@@ -154,8 +157,8 @@ class SpyRLConfig:
     detect_advantage_groups: str = _f(
         "game",
         "Normalise detection rewards within: game (its voters, Eq. 5), prompt (one seat's vote across the "
-        "games_per_document games of a replay_setup group: same document, spy and masks) or batch (all of this "
-        "process's votes of the iteration: with few voters a game, e.g. 2 civilians of 3 players, Eq. 5 zeroes "
+        "games_per_document games of a replay_setup group: same document, spy and masks) or batch (all of the "
+        "iteration's votes, over every process: with few voters a game, e.g. 2 civilians of 3 players, Eq. 5 zeroes "
         "every game whose voters agree; docs/experiment/TUNING.md).",
     )
     vote_gradient: str = _f(

@@ -11,10 +11,10 @@ first log, the first LoRA update).
 
 from __future__ import annotations
 
-from spy_env.extras import Extra
+from spy_env.extras import Extra, require
 from trainers.config import SpyRLConfig
 
-__all__ = ["PLOTS", "training_extras"]
+__all__ = ["PLOTS", "require_training_extras", "training_extras"]
 
 TRAIN = "spyrl[train]"
 # The training curves (``spyrl train`` draws them when the run ends; ``spyrl plot`` on request).
@@ -45,3 +45,8 @@ def training_extras(config: SpyRLConfig, *, plots: bool = False) -> list[Extra]:
     if plots:
         needs.append(PLOTS)
     return needs
+
+
+def require_training_extras(config: SpyRLConfig, *, plots: bool = False) -> None:
+    """Raise one ``ImportError`` naming every package of :func:`training_extras` that is missing."""
+    require(training_extras(config, plots=plots))

@@ -19,16 +19,14 @@ One iteration (reads top to bottom in :meth:`SpyRLTrainer.train_iteration`):
    stage controller sees this iteration's detection accuracy and N/A rate, metrics go to JSONL
    (and other sinks), and a checkpoint is written every ``checkpoint_every`` iterations.
 
-Simplifications, stated plainly: rollouts in every iteration play both stages (games need
-both) but only one stage's samples train; behaviour log-probs are recomputed by the trainer
-(equal to the ``hf`` rollout log-probs at temperature 1, and the right choice when vLLM
-generated them); everything random derives from ``(seed, iteration)`` (:mod:`trainers.seeds`),
-which is what makes a resumed run identical to an uninterrupted one.
+Simplifications, stated plainly: rollouts in every iteration play both stages (games need both) but only
+one stage's samples train; behaviour log-probs are recomputed by the trainer (equal to the ``hf`` rollout
+log-probs at temperature 1, and the right choice when vLLM generated them); everything random derives from
+``(seed, iteration)`` (:mod:`trainers.seeds`), which is what makes a resumed run identical to an uninterrupted one.
 
-The pieces live next door: :mod:`trainers.samples` (which rows train, advantages),
-:mod:`trainers.update` (micro-batches and their loss), :mod:`trainers.loss` (Eq. 7),
-:mod:`trainers.policies` (who plays), :mod:`trainers.models` (what trains),
-:mod:`trainers.checkpoint`, :mod:`trainers.metrics` and :mod:`trainers.processes` (several processes).
+The pieces live next door: :mod:`trainers.samples` (which rows train, advantages), :mod:`trainers.update`
+(micro-batches and their loss), :mod:`trainers.loss` (Eq. 7), :mod:`trainers.policies` (who plays),
+:mod:`trainers.models` (what trains), :mod:`trainers.checkpoint`, :mod:`trainers.metrics`, :mod:`trainers.processes`.
 """
 
 from __future__ import annotations
@@ -45,7 +43,6 @@ import torch
 from agents.hf import resolve_device
 from spy_env.buffer import EpisodeBuffer
 from spy_env.config import GameConfig
-from spy_env.extras import require
 from spy_env.heldout import evaluate_heldout, summarize
 from spy_env.metrics import game_metrics
 from spy_env.policy import RolloutPolicy
@@ -56,7 +53,7 @@ from trainers import processes
 from trainers.algorithm import RAEBaselines, StageController, add_penalties, controller_signals
 from trainers.config import SpyRLConfig
 from trainers.documents import epoch_documents, training_documents
-from trainers.extras import training_extras
+from trainers.extras import require_training_extras
 from trainers.logprobs import sequence_logps
 from trainers.loss import LossConfig, LossScale, loss_items
 from trainers.metrics import iteration_metrics
@@ -65,6 +62,7 @@ from trainers.policies import decoding_options, learner_policy, seat_policy
 from trainers.precision import make_optimizer
 from trainers.samples import (
     Sample,
+    batch_group_stats,
     choice_advantages,
     role_means,
     role_reward_sums,
@@ -72,6 +70,8 @@ from trainers.samples import (
     stage_advantages,
     stage_rewards,
     stage_rows,
+    trainable_samples,
+    vote_moments,
 )
 from trainers.seeds import SeedStream, seed_for
 from trainers.sinks import MetricSinks
@@ -85,7 +85,7 @@ class SpyRLTrainer:
     """GRPO for SpyRL with alternating stages and RAE (see the module docstring)."""
 
     def __init__(self, config: SpyRLConfig, resume_from: str | Path | None = None) -> None:
-        require(training_extras(config))  # a missing tracker or peft fails now, not after the first iteration
+        require_training_extras(config)  # a missing tracker or peft fails now, not after the first iteration
         self.config = config
         self.output_dir = ckpt.hold_run_folder(self, config.output_dir, create=not resume_from)  # one writer a run
         if resume_from:  # a bad checkpoint fails here, before anything is built or written
@@ -229,18 +229,15 @@ class SpyRLTrainer:
             buffer, stage, max_prompt_tokens=c.max_prompt_tokens, spy_vote_in_group=c.spy_vote_in_group
         )
         rewards, penalties = stage_rewards(rows, stage, c)
-        means = None
+        means = stats = None
         if stage is Stage.PERFORM and c.rae and self.distributed:  # global role means keep baselines in sync
             means = role_means(self.all_reduce(role_reward_sums(rewards, [r["role"] for r in rows])))
-        advantages = add_penalties(stage_advantages(rows, rewards, stage, c, self.rae, means), penalties)
-        samples = [
-            Sample(row, float(advantage), None if weights is None else tuple(float(w) for w in weights))
-            for row, advantage, weights in zip(rows, advantages, choice_advantages(rows, stage, c), strict=True)
-            if row["trainable"]
-        ]
+        if stage is Stage.VOTE and c.detect_advantage_groups == "batch" and self.distributed:
+            stats = batch_group_stats(self.all_reduce(vote_moments(rows, rewards, c)))  # the iteration's votes
+        advantages = add_penalties(stage_advantages(rows, rewards, stage, c, self.rae, means, stats), penalties)
+        samples = trainable_samples(rows, advantages, choice_advantages(rows, stage, c, stats))
         if self.distributed:  # every process must run the same number of backward passes
-            counts = self.accelerator.gather(torch.tensor([len(samples)], device=self.accelerator.device))
-            samples = samples[: int(counts.min())]
+            samples = samples[: processes.smallest_count(self.accelerator, len(samples))]
         return samples, sample_stats(samples, skipped)
 
     # -------------------------------------------------------------- updates

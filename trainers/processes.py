@@ -20,6 +20,7 @@ __all__ = [
     "mean_over_processes",
     "process_metrics",
     "sharding",
+    "smallest_count",
 ]
 
 DDP_TYPES = ("MULTI_GPU", "MULTI_CPU", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU", "MULTI_HPU")  # no_sync is safe there
@@ -31,6 +32,15 @@ def all_reduce(accelerator: Any, values: Sequence[float], op: str = "sum") -> li
         return list(values)
     tensor = torch.tensor(list(values), dtype=torch.float64, device=accelerator.device)
     return accelerator.reduce(tensor, reduction=op).tolist()
+
+
+def smallest_count(accelerator: Any, count: int) -> int:
+    """The smallest ``count`` over processes: every process must run the same number of backward passes, so
+    each trains on at most this many samples (the others' extra samples are dropped that iteration)."""
+    if accelerator.num_processes == 1:
+        return count
+    counts = accelerator.gather(torch.tensor([count], device=accelerator.device))
+    return int(counts.min())
 
 
 def documents_share(config: SpyRLConfig, num_processes: int, rank: int = 0) -> tuple[int, int]:

@@ -22,14 +22,15 @@ from typing import Any
 import numpy as np
 
 from spy_env.stage import Stage
-from trainers.algorithm import RAEBaselines, group_normalized_advantages, group_scaled
-from trainers.choices import expected_advantages, supervised_targets
+from trainers.algorithm import RAEBaselines, group_normalized_advantages, group_scaled, moments_stats
+from trainers.choices import expected_advantages, expected_moments, supervised_targets
 
 __all__ = [
     "ROLES",
     "SKIP_REASONS",
     "Sample",
     "advantage_groups",
+    "batch_group_stats",
     "choice_advantages",
     "role_means",
     "role_reward_sums",
@@ -38,6 +39,8 @@ __all__ = [
     "stage_advantages",
     "stage_rewards",
     "stage_rows",
+    "trainable_samples",
+    "vote_moments",
 ]
 
 SKIP_REASONS = ("too_long_prompt", "empty", "forfeit", "no_choice")
@@ -130,7 +133,8 @@ def stage_rewards(rows: Sequence[Mapping[str, Any]], stage: Stage, config: Any) 
 def advantage_groups(rows: Sequence[Mapping[str, Any]], by: str) -> list[Hashable]:
     """Each row's normalisation group: ``"game"``, its game's round (the voters of Eq. 5); ``"prompt"``,
     its seat and round across the replayed games of its group (same document, spy and masks);
-    ``"batch"``: one group, every row.
+    ``"batch"``: one group, every row (on several processes every process's rows: the trainer passes the
+    group's global mean and std, :func:`batch_group_stats`).
 
     >>> rows = [{"game_id": 4, "group_id": 1, "seat": 2, "round": 0}]
 
@@ -144,6 +148,30 @@ def advantage_groups(rows: Sequence[Mapping[str, Any]], by: str) -> list[Hashabl
     return [(r["group_id"], r["seat"], r["round"]) for r in rows]
 
 
+def vote_moments(rows: Sequence[Mapping[str, Any]], rewards: Sequence[float], config: Any) -> list[float]:
+    """``[Σ m1, Σ m2, n]`` of this process's votes: what processes add up so that ``detect_advantage_groups``
+    ``batch`` normalises over the iteration's global votes, not one process's share. ``m1``, ``m2``: a vote's
+    reward and its square (under its recorded choice distribution with ``vote_gradient="expected"``).
+
+    >>> from trainers.config import SpyRLConfig
+    >>> vote_moments([{}, {}], [1.0, 0.0], SpyRLConfig(detect_advantage_groups="batch"))
+    [1.0, 1.0, 2]
+    """
+    if config.vote_gradient == "expected":
+        return expected_moments(rows, config.game_config().weight_detect)
+    r = np.asarray(rewards, dtype=np.float64)
+    return [float(r.sum()), float((r * r).sum()), len(rows)]
+
+
+def batch_group_stats(moments: Sequence[float]) -> dict[Hashable, tuple[float, float]]:
+    """The ``batch`` group's ``(mean, std)`` from :func:`vote_moments` summed over processes.
+
+    >>> batch_group_stats([1.0, 1.0, 4])[0][0]
+    0.25
+    """
+    return {0: moments_stats(moments)}
+
+
 def stage_advantages(
     rows: Sequence[Mapping[str, Any]],
     rewards: Sequence[float],
@@ -151,9 +179,11 @@ def stage_advantages(
     config: Any,
     rae: RAEBaselines,
     role_means: Mapping[str, float] | None = None,
+    group_stats: Mapping[Hashable, tuple[float, float]] | None = None,
 ) -> np.ndarray:
     """Advantages before penalties: Eq. 5 for votes; RAE (updating ``rae``), optionally group-scaled,
-    for performances (``role_means``: every process's ``r̄_role``, when several share a batch).
+    for performances (``role_means``: every process's ``r̄_role``, when several share a batch;
+    ``group_stats``: the vote groups' global ``(mean, std)``, likewise: :func:`batch_group_stats`).
 
     >>> from trainers.config import SpyRLConfig
     >>> rows = [{"game_id": 0, "round": 0, "role": "civilian"}] * 2
@@ -164,10 +194,10 @@ def stage_advantages(
     if stage is Stage.VOTE:
         groups = advantage_groups(rows, config.detect_advantage_groups)
         if config.vote_gradient == "expected":  # reasoning tokens: the vote's expected reward, normalised alike
-            return expected_advantages(rows, groups, config.game_config().weight_detect, eps)[1]
+            return expected_advantages(rows, groups, config.game_config().weight_detect, eps, group_stats)[1]
         if config.vote_gradient == "supervised":  # a labels-only reference: nothing but the choice trains
             return np.zeros(len(rows))
-        return group_normalized_advantages(rewards, groups, eps=eps)
+        return group_normalized_advantages(rewards, groups, eps=eps, stats=group_stats)
     roles = [r["role"] for r in rows]
     if config.rae:
         advantages = rae.advantages(rewards, roles, role_means=role_means)
@@ -182,7 +212,12 @@ def stage_advantages(
     return advantages
 
 
-def choice_advantages(rows: Sequence[Mapping[str, Any]], stage: Stage, config: Any) -> list[np.ndarray | None]:
+def choice_advantages(
+    rows: Sequence[Mapping[str, Any]],
+    stage: Stage,
+    config: Any,
+    group_stats: Mapping[Hashable, tuple[float, float]] | None = None,
+) -> list[np.ndarray | None]:
     """Per row, the weights of its choices for ``vote_gradient`` expected (``Â_k``) or supervised (1 on the
     spy); None for rows that train by their sampled choice (:mod:`trainers.choices`)."""
     if stage is not Stage.VOTE or config.vote_gradient == "sampled":
@@ -190,7 +225,24 @@ def choice_advantages(rows: Sequence[Mapping[str, Any]], stage: Stage, config: A
     if config.vote_gradient == "supervised":
         return supervised_targets(rows)
     groups = advantage_groups(rows, config.detect_advantage_groups)
-    return expected_advantages(rows, groups, config.game_config().weight_detect, config.advantage_eps)[0]
+    weight = config.game_config().weight_detect
+    return expected_advantages(rows, groups, weight, config.advantage_eps, group_stats)[0]
+
+
+def trainable_samples(
+    rows: Sequence[Mapping[str, Any]], advantages: Sequence[float], weights: Sequence[np.ndarray | None]
+) -> list[Sample]:
+    """The rows that train (``trainable``: an untrained spy vote only joined its group), each paired with its
+    advantage and its choices' weights (:func:`choice_advantages`).
+
+    >>> trainable_samples([{"trainable": True}, {"trainable": False}], [0.5, -0.5], [None, None])
+    [Sample(row={'trainable': True}, advantage=0.5, choice_advantages=None)]
+    """
+    return [
+        Sample(row, float(advantage), None if w is None else tuple(float(x) for x in w))
+        for row, advantage, w in zip(rows, advantages, weights, strict=True)
+        if row["trainable"]
+    ]
 
 
 def role_reward_sums(rewards: Sequence[float], roles: Sequence[str]) -> list[float]:

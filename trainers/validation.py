@@ -111,6 +111,10 @@ def _votes(config: Any) -> None:
         raise _bad(
             config, "vote_gradient", "'sampled' unless vote_mode is constrained or think-then-vote with generation hf"
         )
+    if config.vote_gradient == "expected" and (config.temperature != 1 or config.top_p < 1):
+        # the choice distributions q are recorded at temperature 1 over every legal seat: the votes must be
+        # drawn from that q for Σ_k q_k ... to be their expectation and for q to be the behaviour policy
+        raise _bad(config, "vote_gradient", "'sampled' or 'supervised' unless temperature is 1 and top_p 1")
     if config.forward_votes and (config.vote_mode != "constrained" or config.generation != "hf" or config.top_p < 1):
         raise _bad(config, "forward_votes", "False unless vote_mode is 'constrained', generation 'hf' and top_p 1")
 

@@ -1,12 +1,15 @@
 """Evaluation: the paper's math benchmarks (math-verify scoring) and game-level metrics."""
 
-from spyrl.evaluation.benchmarks import BENCHMARKS, load_items
-from spyrl.evaluation.run import evaluate, game_evaluation, plot_results, results_table, save_results
+from spyrl.evaluation.benchmarks import BENCHMARKS, CARD_BENCHMARKS, GUESSED_BENCHMARKS, load_items, token_budget
+from spyrl.evaluation.run import card_average, evaluate, game_evaluation, plot_results, results_table, save_results
 from spyrl.evaluation.scoring import Scorer, extract_answer, math_equal, mc_letter
 
 __all__ = [
     "BENCHMARKS",
+    "CARD_BENCHMARKS",
+    "GUESSED_BENCHMARKS",
     "Scorer",
+    "card_average",
     "evaluate",
     "extract_answer",
     "game_evaluation",
@@ -16,4 +19,5 @@ __all__ = [
     "plot_results",
     "results_table",
     "save_results",
+    "token_budget",
 ]

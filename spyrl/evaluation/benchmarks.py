@@ -1,4 +1,5 @@
-"""The paper's benchmarks: hub ids, splits, columns, prompts and gold answers (DATASETS.md).
+"""The benchmarks (the five the model card names, the two guessed for its seven-benchmark average, two
+extras): hub ids, splits, columns, prompts, gold answers and token budgets (docs/EVALUATION.md).
 
 Every benchmark loads through ``datasets.load_dataset(path, config, split=...)``. ``path`` is the
 hub id by default; a local folder laid out like the hub repository (a README with ``configs``)
@@ -8,7 +9,7 @@ or a data file goes through the same call, which is how the tests run offline.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,22 @@ import numpy as np
 
 from spy_env.io import check_json_depth
 
-__all__ = ["BENCHMARKS", "MATH_SUFFIX", "Benchmark", "Item", "load_items"]
+__all__ = [
+    "BENCHMARKS",
+    "CARD_BENCHMARKS",
+    "GUESSED_BENCHMARKS",
+    "MATH_SUFFIX",
+    "Benchmark",
+    "Item",
+    "load_items",
+    "token_budget",
+]
+
+# The model card's headline is "+8.97% across seven benchmarks" and it names five of them (GSM8K, MATH500,
+# AIME 25, Minerva, GPQA-Diamond). The other two are a guess (the design's reading of the paper's list):
+# AIME24 and MMLU-Pro. An average over these seven is the card's average only if the guess is right.
+CARD_BENCHMARKS = ("gsm8k", "math500", "aime24", "aime25", "minerva", "mmlu_pro", "gpqa_diamond")
+GUESSED_BENCHMARKS = ("aime24", "mmlu_pro")
 
 MATH_SUFFIX = "Please reason step by step, and put your final answer within \\boxed{}."
 MC_SUFFIX = "Please reason step by step, and put the letter of the correct option within \\boxed{}."
@@ -43,6 +59,9 @@ class Benchmark:
     kind: str
     default_k: int
     build: Callable[[Mapping[str, Any], int, np.random.Generator], Item]
+    # new tokens a completion may use: not stated by the card (our choice): generous for the set's solution
+    # lengths so that a reasoning model is not cut short (short answers 4096, MATH-level 8192, competitions 16384)
+    max_new_tokens: int = 8192
 
 
 def _gsm8k_gold(answer: str) -> str:
@@ -89,18 +108,31 @@ def _strip_degree(value: Any) -> str:
 BENCHMARKS: dict[str, Benchmark] = {
     b.name: b
     for b in [
-        Benchmark("gsm8k", "openai/gsm8k", "main", "test", "math", 1, _math_item("question", lambda r: _gsm8k_gold(r["answer"]))),
-        Benchmark("math500", "HuggingFaceH4/MATH-500", None, "test", "math", 1, _math_item("problem", lambda r: str(r["answer"]))),
-        Benchmark("aime24", "HuggingFaceH4/aime_2024", None, "train", "math", 8, _math_item("problem", lambda r: str(r["answer"]))),
-        Benchmark("aime25", "math-ai/aime25", None, "test", "math", 8, _math_item("problem", lambda r: _strip_degree(r["answer"]))),
-        Benchmark("minerva", "math-ai/minervamath", None, "test", "math", 1, _math_item("question", lambda r: str(r["answer"]))),
-        Benchmark("mmlu_pro", "TIGER-Lab/MMLU-Pro", None, "test", "mc", 1, _mmlu_pro),
-        Benchmark("gpqa_diamond", "Idavidrein/gpqa", "gpqa_diamond", "train", "mc", 4, _gpqa),
-        Benchmark("amc23", "math-ai/amc23", None, "test", "math", 8, _math_item("question", lambda r: str(r["answer"]))),
+        Benchmark("gsm8k", "openai/gsm8k", "main", "test", "math", 1, _math_item("question", lambda r: _gsm8k_gold(r["answer"])), 4096),
+        Benchmark("math500", "HuggingFaceH4/MATH-500", None, "test", "math", 1, _math_item("problem", lambda r: str(r["answer"])), 8192),
+        Benchmark("aime24", "HuggingFaceH4/aime_2024", None, "train", "math", 8, _math_item("problem", lambda r: str(r["answer"])), 16384),
+        Benchmark("aime25", "math-ai/aime25", None, "test", "math", 8, _math_item("problem", lambda r: _strip_degree(r["answer"])), 16384),
+        Benchmark("minerva", "math-ai/minervamath", None, "test", "math", 1, _math_item("question", lambda r: str(r["answer"])), 8192),
+        Benchmark("mmlu_pro", "TIGER-Lab/MMLU-Pro", None, "test", "mc", 1, _mmlu_pro, 4096),
+        Benchmark("gpqa_diamond", "Idavidrein/gpqa", "gpqa_diamond", "train", "mc", 4, _gpqa, 8192),
+        Benchmark("amc23", "math-ai/amc23", None, "test", "math", 8, _math_item("question", lambda r: str(r["answer"])), 16384),
         Benchmark("olympiadbench", "math-ai/olympiadbench", None, "test", "math", 1,
-                  _math_item("question", lambda r: str(next(iter(r["final_answer"]))).strip("$ "))),
+                  _math_item("question", lambda r: str(next(iter(r["final_answer"]))).strip("$ ")), 16384),
     ]
 }  # fmt: skip
+
+
+def token_budget(names: Sequence[str]) -> int:
+    """New tokens per completion for a run over ``names``: the largest of their budgets (``Benchmark.max_new_tokens``),
+    so that no benchmark of the run is cut short.
+
+    >>> token_budget(["gsm8k"]), token_budget(["gsm8k", "aime25"])
+    (4096, 16384)
+    """
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown or not names:
+        raise ValueError(f"unknown benchmark {unknown[0] if unknown else ''!r}; known: {sorted(BENCHMARKS)}")
+    return max(BENCHMARKS[n].max_new_tokens for n in names)
 
 
 def load_items(

@@ -16,12 +16,19 @@ from spy_env.io import save_figure, write_text
 from spy_env.policy import Action
 from spy_env.runner import _call as call_policy
 from spy_env.runner import safe_reason
-from spyrl.evaluation.benchmarks import BENCHMARKS, MATH_SUFFIX, MC_SUFFIX, load_items
+from spyrl.evaluation.benchmarks import (
+    BENCHMARKS,
+    CARD_BENCHMARKS,
+    GUESSED_BENCHMARKS,
+    MATH_SUFFIX,
+    MC_SUFFIX,
+    load_items,
+)
 from spyrl.evaluation.scoring import Scorer, extract_answer, mc_letter
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Progress", "evaluate", "game_evaluation", "plot_results", "results_table", "save_results"]
+__all__ = ["Progress", "card_average", "evaluate", "game_evaluation", "plot_results", "results_table", "save_results"]
 
 Progress = Callable[[str, int, int], None]  # (benchmark, completions done, completions in all)
 
@@ -79,7 +86,30 @@ def evaluate(
             out["results"][name] = {"n": len(items), "k": samples, **_score(items, requests, completions, scorer)}
     finally:
         scorer.close()
+    average = card_average(out)
+    if average is not None:
+        out["card_average"] = average
     return out
+
+
+def card_average(results: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The model card's headline quantity: the mean accuracy over its seven benchmarks (the card reports the
+    gain of this mean, "+8.97% across seven benchmarks"), or None unless all seven were run: an average over
+    fewer is not the card's. Two of the seven are a guess (``guessed``): the card names only five.
+
+    >>> card_average({"results": {n: {"accuracy": 0.5} for n in CARD_BENCHMARKS}})["accuracy"]
+    0.5
+    >>> card_average({"results": {"gsm8k": {"accuracy": 0.9}}}) is None
+    True
+    """
+    runs = results["results"]
+    if any(name not in runs for name in CARD_BENCHMARKS):
+        return None
+    return {
+        "accuracy": float(np.mean([runs[name]["accuracy"] for name in CARD_BENCHMARKS])),
+        "benchmarks": list(CARD_BENCHMARKS),
+        "guessed": list(GUESSED_BENCHMARKS),
+    }
 
 
 def _score(items: Sequence[Any], requests: Sequence[tuple[int, Any]], completions: Sequence[Action], scorer: Scorer):
@@ -102,18 +132,35 @@ def save_results(results: Mapping[str, Any], path: str | os.PathLike) -> Path:
     return write_text(path, json.dumps(results, indent=2, default=str))
 
 
+AVERAGE_COLUMN = "card's 7 avg (aime24, mmlu_pro guessed)"
+
+
 def results_table(runs: Sequence[Mapping[str, Any]]) -> str:
-    """Markdown table: one row per run, one column per benchmark (accuracy %, avg@k)."""
+    """Markdown table: one row per run, one column per benchmark (accuracy %, avg@k), and when a run has all
+    seven of the card's benchmarks their mean (:func:`card_average`) with its gain over the first run's."""
     names = sorted({b for run in runs for b in run["results"]})
-    head = "| model | " + " | ".join(names) + " |"
-    lines = [head, "|---" * (len(names) + 1) + "|"]
-    for run in runs:
+    averages = [card_average(run) for run in runs]
+    extra = [AVERAGE_COLUMN] if any(a is not None for a in averages) else []
+    head = "| model | " + " | ".join(names + extra) + " |"
+    lines = [head, "|---" * (len(names) + len(extra) + 1) + "|"]
+    for run, average in zip(runs, averages, strict=True):
         cells = []
         for name in names:
             r = run["results"].get(name)
             cells.append("-" if r is None else f"{100 * r['accuracy']:.1f} (n={r['n']}, k={r['k']})")
+        if extra:
+            cells.append(_average_cell(average, averages[0]))
         lines.append(f"| {run['model']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _average_cell(average: Mapping[str, Any] | None, first: Mapping[str, Any] | None) -> str:
+    if average is None:
+        return "-"
+    cell = f"{100 * average['accuracy']:.2f}"
+    if first is not None and first is not average:
+        cell += f" ({100 * (average['accuracy'] - first['accuracy']):+.2f})"
+    return cell
 
 
 def plot_results(runs: Sequence[Mapping[str, Any]], path: str | os.PathLike) -> Path:
