@@ -27,7 +27,11 @@ SINKS = {
 
 
 def training_extras(config: SpyRLConfig, *, plots: bool = False) -> list[Extra]:
-    """The optional packages a run with ``config`` imports; ``plots`` adds the curves' matplotlib."""
+    """The optional packages a run with ``config`` imports; ``plots`` adds the curves' matplotlib.
+
+    vLLM and TRL are not listed: a vLLM ``generation`` checks them itself when the trainer builds its
+    engine (:func:`trainers.vllm_engine.make_vllm_generation`, also before the first iteration), where a
+    test can stand in for the engine."""
     needs = [
         Extra("torch", TRAIN, "training"),
         Extra("transformers", TRAIN, "training"),
@@ -38,9 +42,6 @@ def training_extras(config: SpyRLConfig, *, plots: bool = False) -> list[Extra]:
         needs.append(Extra("gguf", "spyrl[hf]", "converting the smollm2 model"))
     if config.lora_r:
         needs.append(Extra("peft", TRAIN, f"lora_r={config.lora_r}"))
-    if config.generation != "hf":
-        needs.append(Extra("vllm", "spyrl[vllm]", f"generation={config.generation}"))
-        needs.append(Extra("trl", "spyrl[trl]", f"generation={config.generation}"))
     needs.extend(SINKS[sink] for sink in config.report_to if sink in SINKS)
     if plots:
         needs.append(PLOTS)
