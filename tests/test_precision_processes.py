@@ -24,9 +24,16 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(__file__).with_name("distributed_check.py")
 
 
+# gloo can abort a worker as it tears down on a loaded 2-core machine ("terminate called without an active
+# exception", SIGABRT; seen once in a full suite, never alone): one more launch, for that failure only.
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
 def launch(processes: int, *args: str) -> None:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), str(SCRIPT), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    if proc.returncode != 0 and TEARDOWN_ABORT in proc.stdout + proc.stderr:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
