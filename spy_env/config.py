@@ -100,7 +100,7 @@ def check_types(config: Any) -> None:
 
 @dataclass(frozen=True)
 class GameConfig:
-    """Configuration of a Who-Is-the-Spy game (DESIGN §2, §3). Defaults are the paper's.
+    """Configuration of a Who-Is-the-Spy game (docs/GUIDE.md). Defaults are the paper's.
 
     Bad values raise ``ValueError`` naming the field and the allowed range.
     """

@@ -4,7 +4,7 @@ Every operator is a pure function of the text and a ``numpy`` generator, so a se
 result. Each returns a :class:`Degraded` record with the spy's text and the spans it changed
 (character offsets into the original), which the environment reveals at the end of a game.
 
-Operators (DESIGN §2):
+Operators (docs/GUIDE.md):
 
 - ``mask_spans`` (default for math, ratio 0.4): removes contiguous sentence spans totalling
   about ``ratio`` of the text, task-relevant sentences (numbers, LaTeX) first; each removed

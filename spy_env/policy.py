@@ -1,4 +1,4 @@
-"""The contract between the environment's runner and any policy (DESIGN §4).
+"""The contract between the environment's runner and any policy (docs/GUIDE.md, agents).
 
 A policy maps a *batch* of observations to a batch of actions, so that one call can serve
 many seats of many games (one batched LLM generation per stage). An action is either a plain

@@ -1,4 +1,4 @@
-"""Reward formulas of SpyRL (DESIGN §2), as pure functions of the votes.
+"""Reward formulas of SpyRL (docs/GUIDE.md), as pure functions of the votes.
 
 Notation (one round): seats ``0..n-1``, some of them still alive; ``u`` the spy seat;
 ``v_i`` the seat voter ``i`` voted for (``None`` = abstain/invalid); ``m_s`` votes received by

@@ -1,4 +1,4 @@
-"""The batched multi-game runner (DESIGN §5).
+"""The batched multi-game runner (docs/GUIDE.md, rollouts and the episode buffer).
 
 At each stage it gathers every pending observation across all games, groups them per policy,
 makes **one** ``act`` call per policy, and steps all games. It records one buffer row per

@@ -2,8 +2,8 @@
 
 Both stream from the hub through ``datasets.load_dataset`` (no token needed) and become
 :class:`~spy_env.corpus.Document` rows through the same filters as every corpus
-(:func:`~spy_env.corpus.documents_from_rows`). The hub ids are the canonical ones (not listed in
-DATASETS.md; chosen here):
+(:func:`~spy_env.corpus.documents_from_rows`). The hub ids are the canonical ones (the project's
+dataset list names neither; chosen here):
 
 - ``govreport`` → ``ccdv/govreport-summarization``, config ``document``: columns ``report`` (the
   source x) and ``summary`` (the reference summary, kept in ``metadata``); play it with

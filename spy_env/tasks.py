@@ -3,7 +3,7 @@
 A :class:`Task` is the pluggable part of RLSVR: its instruction fills the prompts' ``{task}``,
 its :class:`Check` s turn a performance into violations (each charged the penalty of a
 :class:`~spy_env.config.GameConfig` field), and it names the degradation g that suits it.
-``math`` is the default (DESIGN §2); ``summary`` and ``writing`` are the paper's other tasks
+``math`` is the default (docs/GUIDE.md); ``summary`` and ``writing`` are the paper's other tasks
 (GovReport, WritingPrompts; mask ratio 0.2). New tasks are added with :func:`register_task`
 and then played with ``GameConfig(task=name)``; the game itself knows no task by name.
 

@@ -1,4 +1,4 @@
-"""Golden tests: scripted games whose rewards were computed by hand from DESIGN §2."""
+"""Golden tests: scripted games whose rewards were computed by hand from the formulas in docs/GUIDE.md (the game and its rewards)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""trainers: SpyRL's GRPO over episode buffers (DESIGN §6).
+"""trainers: SpyRL's GRPO over episode buffers (docs/TRAINING.md).
 
 One job per module: ``grpo`` (the trainer and its loop), ``samples`` (which rows train and their
 advantages), ``algorithm`` (Eq. 5, RAE, the stage controller), ``update`` (micro-batches and the

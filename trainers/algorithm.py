@@ -1,6 +1,6 @@
 """The algorithm pieces of SpyRL's GRPO, each a small pure function or state object.
 
-Symbols follow DESIGN §6 and the paper:
+Symbols follow docs/TRAINING.md and the paper:
 
 - detection advantages, normalised within a group (a game's n voters, by default):
   ``A_i = (r_i − mean_g(r)) / (std_g(r) + ε)``;

@@ -50,7 +50,7 @@ def _f(default: Any, help: str, **kw: Any) -> Any:
 
 @dataclass
 class SpyRLConfig:
-    """Configuration of :class:`trainers.SpyRLTrainer` (DESIGN §6)."""
+    """Configuration of :class:`trainers.SpyRLTrainer` (docs/TRAINING.md)."""
 
     # ---------------------------------------------------------------- model
     model: str = _f(

@@ -1,6 +1,6 @@
 """Rollouts through vLLM, colocated or as a server, kept in sync with the trained weights (GPU).
 
-The engine is TRL 1.16's own ``trl.generation.vllm_generation.VLLMGeneration`` (DESIGN §6: reuse
+The engine is TRL 1.16's own ``trl.generation.vllm_generation.VLLMGeneration`` (docs/TRAINING.md: reuse
 TRL's pieces). It owns what is hard to get right at scale, and we do not duplicate it:
 
 - ``mode="colocate"``: a ``vllm.LLM`` in every training process, sharing its GPU
