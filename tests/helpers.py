@@ -1,8 +1,12 @@
-"""Small helpers shared by tests: scripted games through the parallel API."""
+"""Small helpers shared by tests: scripted games through the parallel API, a scripted OpenAI-compatible server."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import spy_env
 
@@ -34,3 +38,41 @@ def play_scripted(
 
 def vote(k: int | str) -> str:
     return f"My reasoning. <vote>{k}</vote>"
+
+
+class _Answers(BaseHTTPRequestHandler):
+    """Answers every POST with ``server.answer(n)``: a JSON-able body, bytes sent as they are, or
+    ``(status, body)``."""
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        with self.server.lock:
+            n = self.server.calls
+            self.server.calls += 1
+        body = self.server.answer(n)
+        status, body = body if isinstance(body, tuple) else (200, body)
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextmanager
+def answer_server(answer: Callable[[int], object]) -> Iterator[str]:
+    """A scripted OpenAI-compatible server on 127.0.0.1; yields its ``/v1`` base URL. ``answer(n)`` makes
+    the reply to the n-th POST (see :class:`_Answers`)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
+    server.answer, server.calls, server.lock = answer, 0, threading.Lock()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)

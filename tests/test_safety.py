@@ -12,8 +12,6 @@ import stat
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from hypothesis import strategies as st
 from spy_env.buffer import EpisodeBuffer
 from spy_env.prompts import format_performances
 from spyrl.cli import main
+from tests.helpers import answer_server
 
 ROOT = Path(__file__).resolve().parents[1]
 ESCAPES = "\x1b[2J\x1b[H\x1b]0;owned\x07\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\\x9b31m\x07\r"
@@ -358,42 +357,6 @@ def test_view_does_not_follow_a_linked_buffers_folder_in_a_run(tmp_path, capsys)
 
 
 # --------------------------------------------------- a scripted OpenAI-compatible server (pass 3)
-class _Answers(BaseHTTPRequestHandler):
-    """Answers every POST with ``server.answer(n)``: a JSON-able body, bytes sent as they are, or
-    ``(status, body)``."""
-
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        with self.server.lock:
-            n = self.server.calls
-            self.server.calls += 1
-        body = self.server.answer(n)
-        status, body = body if isinstance(body, tuple) else (200, body)
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
-@contextmanager
-def _server(answer: Callable[[int], object]) -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
-    server.answer, server.calls, server.lock = answer, 0, threading.Lock()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
-
-
 def _completion(text: str = "<vote>1</vote> \\boxed{1}", **choice) -> dict:
     return {"choices": [{"message": {"content": text}, "finish_reason": "stop", **choice}]}
 
@@ -403,7 +366,7 @@ def test_a_bad_token_id_from_a_server_forfeits_that_action_only(tmp_path, bad, c
     """Pass 3, item 6: one out-of-range token id (or a string) failed the save of the whole rollout."""
     pytest.importorskip("httpx")
     out = tmp_path / "r.jsonl"
-    with _server(lambda n: _completion(token_ids=bad if n == 0 else [5, 6])) as url:
+    with answer_server(lambda n: _completion(token_ids=bad if n == 0 else [5, 6])) as url:
         argv = ["rollout", "--games", "1", "--players", "3", "--agent", f"openai:m@{url}", "--quiet",
                 "--out", str(out)]  # fmt: skip
         assert main(argv) == 0
@@ -438,7 +401,7 @@ def test_a_credential_a_server_echoes_is_not_stored_in_the_buffer(tmp_path):
     """Pass 3, Low: ``Bearer sk-...`` echoed by a server was redacted in logs but stored in the buffer."""
     pytest.importorskip("httpx")
     out = tmp_path / "r.jsonl"
-    with _server(lambda n: (401, {"error": "bad key Bearer sk-live-abcdef123456"})) as url:
+    with answer_server(lambda n: (401, {"error": "bad key Bearer sk-live-abcdef123456"})) as url:
         argv = ["rollout", "--games", "1", "--players", "3", "--agent", f"openai:m@{url}", "--quiet",
                 "--allow-forfeits", "--out", str(out)]  # fmt: skip
         assert main(argv) == 0
@@ -674,7 +637,7 @@ def test_a_response_larger_than_the_cap_is_a_forfeit():
     """Pass 3, item 7: no response-size cap."""
     pytest.importorskip("httpx")
     huge = json.dumps(_completion("x" * 300_000)).encode()
-    with _server(lambda n: huge) as url:
+    with answer_server(lambda n: huge) as url:
         [action] = _policy(url, max_response_bytes=100_000).act([_QUESTION])
         [fine] = _policy(url).act([_QUESTION])
     assert action.error and "larger than 100000 bytes" in action.error

@@ -10,11 +10,9 @@ import math
 import os
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ from hypothesis import strategies as st
 from spy_env.buffer import EpisodeBuffer
 from spy_env.prompts import format_performances
 from spyrl.cli import main
+from tests.helpers import answer_server
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW = {"run_id": "r", "game_id": 0, "document_id": "doc", "stage": "perform", "seat": 0, "role": "spy",
@@ -198,35 +197,6 @@ def test_a_trainer_holds_its_run_folder_until_it_is_gone(tmp_path):
 
 
 # ----------------------------------------------------------------- 4. impossible numbers from a server
-class _Answers(BaseHTTPRequestHandler):
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        body = self.server.answer()
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()  # NaN/Infinity as Python writes them
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
-@contextmanager
-def _server(answer: Callable[[], object]) -> Iterator[tuple[str, ThreadingHTTPServer]]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
-    server.answer = answer
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
-
-
 def _reply(logprobs: list[float], token_ids: list[int] | None = None, text: str = "<vote>1</vote>") -> dict:
     content = [{"token": "t", "logprob": v} for v in logprobs]
     choice = {"message": {"content": text}, "finish_reason": "stop", "logprobs": {"content": content}}
@@ -243,7 +213,7 @@ def test_impossible_logprobs_from_a_server_forfeit_the_action(tmp_path, reply, n
     """Item 4: logprobs ``[nan, inf, 5.0]`` or 7 logprobs for 3 tokens gave exit 0 and a buffer every reader accepted."""
     pytest.importorskip("httpx")
     out = tmp_path / "r.parquet"
-    with _server(lambda: reply) as (url, _):
+    with answer_server(lambda n: reply) as url:
         argv = ["rollout", "--games", "1", "--players", "3", "--agent", f"openai:m@{url}", "--quiet",
                 "--out", str(out)]  # fmt: skip
         assert main(argv) == 3  # every action forfeited
@@ -291,7 +261,7 @@ def test_a_well_formed_reply_is_kept(tmp_path):
     pytest.importorskip("httpx")
     from agents.openai_compat import OpenAIPolicy, RequestLimits
 
-    with _server(lambda: _reply([-0.25, 0.0, -3.5], [5, 6, 7])) as (url, _):
+    with answer_server(lambda n: _reply([-0.25, 0.0, -3.5], [5, 6, 7])) as url:
         [action] = OpenAIPolicy("m", url, limits=RequestLimits(max_retries=0)).act([_QUESTION])
     assert action.error is None and action.logprobs == [-0.25, 0.0, -3.5] and action.completion_token_ids == [5, 6, 7]
 
@@ -553,7 +523,7 @@ def _hostile_reply(draw) -> object:
 def replies_server() -> Iterator[tuple[str, list]]:
     """One server for every example: it answers with the replies queued in ``queue``."""
     queue: list = []
-    with _server(lambda: queue.pop(0) if queue else {"choices": []}) as (url, _):
+    with answer_server(lambda n: queue.pop(0) if queue else {"choices": []}) as url:
         yield url, queue
 
 
