@@ -26,17 +26,11 @@ from spyrl.integrations.trl import (
 CONFIG = spy_env.GameConfig(n_players=4, max_document_chars=600)
 
 
-def _train(tiny_model_dir, tmp_path, dataset, reward, max_completion_length=12):
-    from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+def _grpo_args(tmp_path, max_completion_length):
+    """Two CPU steps of 4 completions (one prompt), logged every step, nothing saved."""
+    from trl import GRPOConfig
 
-    class CountSteps(TrainerCallback):
-        optimizer_steps = 0
-
-        def on_optimizer_step(self, args, state, control, **kwargs):
-            CountSteps.optimizer_steps += 1
-
-    args = GRPOConfig(
+    return GRPOConfig(
         output_dir=str(tmp_path / "out"),
         per_device_train_batch_size=4,
         num_generations=4,
@@ -49,6 +43,19 @@ def _train(tiny_model_dir, tmp_path, dataset, reward, max_completion_length=12):
         save_strategy="no",
         seed=0,
     )
+
+
+def _train(tiny_model_dir, tmp_path, dataset, reward, max_completion_length=12):
+    from transformers import TrainerCallback
+    from trl import GRPOTrainer
+
+    class CountSteps(TrainerCallback):
+        optimizer_steps = 0
+
+        def on_optimizer_step(self, args, state, control, **kwargs):
+            CountSteps.optimizer_steps += 1
+
+    args = _grpo_args(tmp_path, max_completion_length)
     trainer = GRPOTrainer(
         model=str(tiny_model_dir), reward_funcs=reward, args=args, train_dataset=dataset, callbacks=[CountSteps()]
     )
@@ -286,7 +293,7 @@ def test_non_ascii_digits_are_not_votes(digit):
 def test_grpo_trains_from_live_self_play_through_rollout_func(tiny_model_dir, tmp_path, stage):
     """rollout_func plays the games live with the trained model; each reward is spy_env's for its text."""
     from transformers import AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from spyrl.integrations._games import replay_rewards
     from spyrl.integrations.trl import SelfPlayRollout, selfplay_dataset, selfplay_reward
@@ -299,19 +306,7 @@ def test_grpo_trains_from_live_self_play_through_rollout_func(tiny_model_dir, tm
         outputs.append(rollout(prompts, trainer))
         return outputs[-1]
 
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=6,
-        max_steps=2,
-        learning_rate=1e-3,
-        logging_steps=1,
-        report_to=[],
-        use_cpu=True,
-        save_strategy="no",
-        seed=0,
-    )
+    args = _grpo_args(tmp_path, 6)
     dataset = selfplay_dataset(config, num_games=2, stages=(stage,), seats=[0])
     trainer = GRPOTrainer(
         model=str(tiny_model_dir),
