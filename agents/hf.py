@@ -25,6 +25,7 @@ from agents.decoding import (
     is_vote,
     vote_choices,
 )
+from agents.prefix_cache import prefill, prefix_groups
 from agents.registry import register_backend, some_argument
 from agents.sampling import SamplingParams
 from agents.tensors import left_pad
@@ -33,7 +34,7 @@ from spy_env.policy import Action, Observation
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HFPolicy", "load_hf", "resolve_device", "resolve_dtype"]
+__all__ = ["HFPolicy", "load_hf", "native_bf16", "resolve_device", "resolve_dtype"]
 
 
 def _torch():
@@ -51,10 +52,20 @@ def resolve_device(device: str = "auto") -> str:
     return device
 
 
+def native_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (AVX-512 BF16 or AMX), so bf16 weights run faster than fp32."""
+    torch = _torch()
+    return torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def resolve_dtype(dtype: Any, device: str):
+    """A torch dtype from a name. ``auto``: bfloat16 on GPUs, float32 on CPUs (full precision for training);
+    ``fast``: bfloat16 also on CPUs that compute it natively (:func:`native_bf16`), for playing."""
     torch = _torch()
     if dtype in (None, "auto"):
         return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    if dtype == "fast":
+        return torch.bfloat16 if device.startswith("cuda") or native_bf16() else torch.float32
     if isinstance(dtype, str):
         try:
             return {
@@ -66,22 +77,8 @@ def resolve_dtype(dtype: Any, device: str):
                 "fp16": torch.float16,
             }[dtype]
         except KeyError as e:
-            raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {dtype!r}") from e
+            raise ValueError(f"dtype must be auto, fast, float32, bfloat16 or float16, got {dtype!r}") from e
     return dtype
-
-
-def _common_prefix(prompts: Sequence[Sequence[int]]) -> int:
-    """Length of the token prefix shared by every prompt, leaving each at least one token of its own.
-
-    >>> _common_prefix([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]])
-    2
-    """
-    first = prompts[0]
-    limit = min(len(p) for p in prompts) - 1
-    n = 0
-    while n < limit and all(p[n] == first[n] for p in prompts):
-        n += 1
-    return n
 
 
 class _SampledLogprobs:
@@ -158,13 +155,14 @@ class HFPolicy:
         dtype: Any = "auto",
         device: str = "auto",
         gguf_file: str | None = None,
-        sampling: SamplingParams | None = None,
-        name: str | None = None,
-        batch_size: int = 16,
-        decoding: DecodingOptions | None = None,
-        **model_kwargs: Any,
+        model_kwargs: dict[str, Any] | None = None,
+        **options: Any,
     ) -> HFPolicy:
-        """Load a model and tokenizer by hub id or local folder (``gguf_file`` for GGUF weights)."""
+        """Load a model and tokenizer by hub id or local folder (``gguf_file`` for GGUF weights).
+
+        ``model_kwargs`` go to ``AutoModelForCausalLM.from_pretrained``; ``options`` (``sampling``,
+        ``name``, ``batch_size``, ``decoding``, ``share_prefix``, ...) to the policy's constructor.
+        """
         _torch()
         try:
             from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -173,10 +171,12 @@ class HFPolicy:
         device = resolve_device(device)
         extra = {"gguf_file": gguf_file} if gguf_file else {}
         tokenizer = AutoTokenizer.from_pretrained(path, **extra)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device), **extra, **model_kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=resolve_dtype(dtype, device), **extra, **(model_kwargs or {})
+        )
         model.to(device).eval()
-        name = name or f"hf:{path}"
-        return cls(model, tokenizer, sampling=sampling, name=name, batch_size=batch_size, decoding=decoding)
+        options.setdefault("name", f"hf:{path}")
+        return cls(model, tokenizer, **options)
 
     # ------------------------------------------------------------------ policy
     def act(self, observations: Sequence[Observation]) -> list[Action]:
@@ -246,12 +246,15 @@ class HFPolicy:
         prompts: Sequence[Sequence[int]],
         programs: Sequence[DecodeProgram | None] | None = None,
     ) -> list[Action]:
-        """Generate one completion per prompt (token ids), in length-sorted chunks.
+        """Generate one completion per prompt (token ids), in chunks of ``batch_size``.
 
-        ``programs`` optionally shapes a prompt's completion (see :mod:`agents.decoding`).
+        Chunks are cut from the prompts in sorted order (prompts sharing a prefix side by side) when
+        prefixes are shared, else by length. ``programs`` optionally shapes a prompt's completion
+        (see :mod:`agents.decoding`).
         """
         programs = programs or [None] * len(prompts)
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        key = (lambda i: list(prompts[i])) if self.share_prefix else (lambda i: len(prompts[i]))
+        order = sorted(range(len(prompts)), key=key)
         results: list[Action | None] = [None] * len(prompts)
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
@@ -281,13 +284,9 @@ class HFPolicy:
         from transformers import LogitsProcessorList
 
         device = next(self.model.parameters()).device
-        input_ids, attention_mask, shared = self._batch_inputs(prompts)
+        rows, input_ids, attention_mask, cache = self._batch_inputs(prompts)
+        prompts, programs = [prompts[r] for r in rows], [programs[r] for r in rows]
         width = input_ids.shape[1]
-        cache = None
-        if shared:
-            with torch.inference_mode():
-                cache = self.model(input_ids=input_ids[:1, :shared].to(device), use_cache=True).past_key_values
-            cache.batch_repeat_interleave(len(prompts))
         if self.sampling.seed is not None:
             torch.manual_seed(self.sampling.seed + self._calls)
         self._calls += 1
@@ -309,28 +308,26 @@ class HFPolicy:
             runner.finish(sequences)
         completions = sequences[:, width:].cpu()
         logprobs = recorder.finish(sequences).cpu()
-        return [
-            self._action(prompt, completions[row].tolist(), logprobs[row], program)
-            for row, (prompt, program) in enumerate(zip(prompts, programs, strict=True))
-        ]
+        actions: list[Action | None] = [None] * len(rows)
+        for row, (prompt, program) in enumerate(zip(prompts, programs, strict=True)):
+            actions[rows[row]] = self._action(prompt, completions[row].tolist(), logprobs[row], program)
+        return actions  # type: ignore[return-value]
 
-    def _batch_inputs(self, prompts: Sequence[Sequence[int]]) -> tuple[Any, Any, int]:
-        """``(input_ids, attention_mask, shared)``: (B, W) tensors whose first ``shared`` columns are
-        the prompts' common prefix, each row's own tokens following it, padded on their left.
+    def _batch_inputs(self, prompts: Sequence[Sequence[int]]) -> tuple[list[int], Any, Any, Any]:
+        """``(rows, input_ids, attention_mask, cache)``: the batch in the order ``rows``, left-padded.
 
-        The common prefix (the system turn, at least) is encoded once and shared by every row
-        through the KV cache; under 16 tokens it is not worth it and ``shared`` is 0.
+        With ``share_prefix``, prompts are grouped by common prefix and each group's prefix is
+        encoded once (:mod:`agents.prefix_cache`): ``cache`` then covers all but the last column.
+        Otherwise ``cache`` is None and ``generate`` prefills every row itself.
         """
         torch = _torch()
-        shared = _common_prefix(prompts) if self.share_prefix and len(prompts) > 1 else 0
-        shared = shared if shared >= 16 else 0
-        rest_ids, rest_mask = left_pad([p[shared:] for p in prompts], self.pad_id)
-        prefix = torch.tensor([list(prompts[0][:shared])] * len(prompts), dtype=torch.long).reshape(
-            len(prompts), shared
-        )
-        input_ids = torch.cat([prefix, rest_ids], dim=1)
-        attention_mask = torch.cat([torch.ones_like(prefix), rest_mask], dim=1)
-        return input_ids, attention_mask, shared
+        if self.share_prefix and len(prompts) > 1 and min(len(p) for p in prompts) > 1:
+            with torch.inference_mode():
+                return prefill(
+                    self.model, prompts, self.pad_id, prefix_groups(prompts), room=self.sampling.max_new_tokens
+                )
+        input_ids, attention_mask = left_pad(prompts, self.pad_id)
+        return list(range(len(prompts))), input_ids, attention_mask, None
 
     def _action(self, prompt: Sequence[int], tokens: list[int], logprobs: Any, program: DecodeProgram | None) -> Action:
         """One row's completion as an :class:`Action`: cut after its first EOS, with its mask and vote distribution."""

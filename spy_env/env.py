@@ -275,7 +275,7 @@ class GameHost:
         if voting:
             shown = game.shown_performances()
             targets[game.legal_targets(seat)] = 1
-            fields["performances"] = format_performances(shown, viewer=seat)
+            fields["performances"] = format_performances(shown)
             fields["legal_votes"] = ", ".join(str(s + 1) for s in game.legal_targets(seat))
         prompt = self.templates[stage.value].format(**fields)
         system = self.templates["system"].format(n_players=n, task=self.task.instruction)

@@ -9,6 +9,14 @@ Templates are ``str.format`` strings. Fields available:
 - ``vote``: the ``perform`` fields plus ``{performances}`` and ``{legal_votes}``
 
 Players are "Player 1..n" in every prompt; seats are 0-based in code.
+
+Layout: what differs between seats comes last. Every civilian holds the same copy and, in the vote,
+reads the same performances, so the civilians' prompts are one shared prefix (system turn, copy,
+task, performances) followed by a short tail naming the seat ("You are Player k", the legal votes).
+A backend that encodes a shared prefix once (:class:`agents.hf.HFPolicy`,
+:class:`trainers.votes.ForwardVotes`) then prefills the long part of a game's prompts twice (one
+civilian's, the spy's) instead of once per seat. Custom templates keep working in any order; they
+only share less.
 """
 
 from __future__ import annotations
@@ -47,20 +55,20 @@ SYSTEM = (
 )
 
 PERFORM = (
-    "You are Player {player}.{history}\n\n"
     "Your copy of the source text:\n<document>\n{document}\n</document>\n\n"
     "Task: {task}. Ground your work in the specific facts of the source text: the other players "
-    "will compare your performance with their own copies."
+    "will compare your performance with their own copies.{history}\n\n"
+    "You are Player {player}."
 )
 
 VOTE = (
-    "You are Player {player}. Round {round}.{history}\n\n"
     "Your copy of the source text:\n<document>\n{document}\n</document>\n\n"
     "Each player performed this task on its own copy: {task}.\n\n"
-    "Performances:\n{performances}\n\n"
-    "Which player received the degraded copy? Compare each performance with your copy: the spy's "
-    "work tends to miss or contradict details of the source. Explain briefly, then end your reply "
-    "with <vote>k</vote>, where k is one of {legal_votes}, or <vote>N/A</vote> to abstain."
+    "Performances:\n{performances}{history}\n\n"
+    "You are Player {player}. Round {round}. Which player received the degraded copy? Compare each "
+    "performance with your copy: the spy's work tends to miss or contradict details of the source. "
+    "Explain briefly, then end your reply with <vote>k</vote>, where k is one of {legal_votes}, or "
+    "<vote>N/A</vote> to abstain."
 )
 
 
@@ -103,10 +111,12 @@ def _defuse_tags(text: str) -> str:
     return "".join(pieces) + text[last:]
 
 
-def format_performances(performances: Sequence[str | None], viewer: int) -> str:
-    """Lay out every alive player's performance, marking the viewer's own.
+def format_performances(performances: Sequence[str | None], viewer: int | None = None) -> str:
+    """Lay out every alive player's performance, marking the viewer's own when ``viewer`` is given.
 
-    ``None`` marks an eliminated player. Anything inside a performance that looks like an
+    The environment passes no viewer: the vote prompt names the voter after the performances, so
+    that every civilian reads the same text up to there (see the module docstring). ``None`` marks
+    an eliminated player. Anything inside a performance that looks like an
     opening or closing ``performance`` tag (any case, spacing or invisible characters) is
     defused, so a player cannot end its block early or forge another player's.
 
@@ -122,7 +132,7 @@ def format_performances(performances: Sequence[str | None], viewer: int) -> str:
     for seat, text in enumerate(performances):
         if text is None:
             continue
-        you = " (you)" if seat == viewer else ""
+        you = " (you)" if viewer is not None and seat == viewer else ""
         body = _defuse_tags(text)
         blocks.append(f'<performance player="{seat + 1}"{you}>\n{body}\n</performance>')
     return "\n".join(blocks)

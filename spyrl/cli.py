@@ -92,6 +92,20 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--max-new-tokens", type=int, default=96)
     s.add_argument("--batch-size", type=int, default=16, help="generation batch size of local models")
     s.add_argument(
+        "--dtype",
+        choices=("fast", "auto", "float32", "bfloat16"),
+        default="fast",
+        help="weights of local models: fast (bfloat16 on GPUs and on CPUs with native bf16, AVX-512 BF16 or AMX; "
+        "else float32), auto (bfloat16 on GPUs, float32 on CPUs), or a dtype",
+    )
+    s.add_argument(
+        "--share-prefix",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="local models: encode the prompts' shared prefixes once (a game's civilians share their copy and "
+        "the performances); --no-share-prefix prefills every prompt in full",
+    )
+    s.add_argument(
         "--vote-mode",
         choices=VOTE_MODES,
         default="think-then-vote",
@@ -241,7 +255,12 @@ def _load_agent(spec: str, args: argparse.Namespace) -> Any:
             seed=args.seed,
         )
     if backend is not None and backend.decoding:
-        kwargs.update(batch_size=args.batch_size, decoding=_decoding_options(args))
+        kwargs.update(
+            batch_size=args.batch_size,
+            decoding=_decoding_options(args),
+            dtype=args.dtype,
+            share_prefix=args.share_prefix,
+        )
     note = backend.loading_note if backend is not None else ""
     with console.status(f"loading agent {markup_safe(spec)}{note}"):
         return agents.load(spec, **kwargs)

@@ -9,7 +9,8 @@ torch = pytest.importorskip("torch")
 import spy_env  # noqa: E402
 from agents import SamplingParams  # noqa: E402
 from agents.decoding import DecodingOptions  # noqa: E402
-from agents.hf import HFPolicy, _common_prefix  # noqa: E402
+from agents.hf import HFPolicy  # noqa: E402
+from agents.prefix_cache import prefix_groups  # noqa: E402
 from spy_env.runner import rollout  # noqa: E402
 
 
@@ -48,7 +49,8 @@ def test_logprobs_equal_a_teacher_forced_forward_pass(tiny_model_dir, sampling):
     obs = observations()
     actions = policy.act(obs)
     assert len({len(a.prompt_token_ids) for a in actions}) > 3  # really different lengths, so padding
-    assert _common_prefix([a.prompt_token_ids for a in actions]) >= 16  # a shared prefix, cached once
+    groups = prefix_groups([a.prompt_token_ids for a in actions])
+    assert len(groups) < len(actions) and max(shared for _, shared in groups) >= 100  # long prefixes, encoded once
     for action in actions:
         assert len(action.logprobs) == len(action.completion_token_ids) > 0
         ref = teacher_forced(policy.model, action.prompt_token_ids, action.completion_token_ids)
@@ -57,6 +59,33 @@ def test_logprobs_equal_a_teacher_forced_forward_pass(tiny_model_dir, sampling):
         )
         assert action.finish_reason in ("stop", "length")
         assert action.prompt_token_ids == policy.encode(obs[actions.index(action)])
+
+
+def test_shared_prefixes_change_nothing_but_the_work(tiny_model_dir):
+    """Grouped prefixes (each encoded once) give the tokens and log-probs of a fresh prefill per row."""
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=16)
+    shared = HFPolicy.from_pretrained(str(tiny_model_dir), device="cpu", sampling=greedy, batch_size=16)
+    fresh = HFPolicy(shared.model, shared.tokenizer, sampling=greedy, batch_size=16, share_prefix=False)
+    obs = observations(3)
+    a, b = shared.act(obs), fresh.act(obs)
+    assert [x.completion_token_ids for x in a] == [x.completion_token_ids for x in b]
+    for x, y in zip(a, b, strict=True):
+        assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4)
+    games = [prefix_groups([x.prompt_token_ids for x in a[k : k + 3]]) for k in range(0, len(a), 3)]
+    assert [sorted(len(rows) for rows, _ in g) for g in games] == [[1, 2]] * len(games)  # the spy; the civilians
+
+
+def test_prefix_groups_pick_the_long_shared_prefixes():
+    system = list(range(100, 140))  # 40 tokens every prompt shares
+    doc_a, doc_b = list(range(1000, 1300)), list(range(2000, 2300))
+    a1, a2, b1, b2 = (system + doc + tail for doc, tail in ((doc_a, [1]), (doc_a, [2, 2]), (doc_b, [3]), (doc_b, [4])))
+    spy = system + doc_a[:50] + [7] * 200 + [5]
+    groups = prefix_groups([a1, b1, spy, a2, b2])
+    assert groups == [([0, 3], 340), ([1, 4], 340), ([2], len(spy) - 1)]
+    assert prefix_groups([a1, a2], keep=3) == [([0, 1], 338)]  # each keeps 3 tokens of its own
+    assert prefix_groups([[1, 2], [3, 4]]) == [([0], 1), ([1], 1)]
+    with pytest.raises(ValueError, match="keep=2"):
+        prefix_groups([[1, 2]], keep=2)
 
 
 def test_left_padding_does_not_change_greedy_outputs(tiny_model_dir):

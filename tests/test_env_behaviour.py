@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import numpy as np
@@ -104,8 +105,23 @@ def test_observation_fields():
     assert o["stage"] == 1
     assert list(o["vote_targets"]) == [1, 1, 0, 1]  # no self-vote by default
     assert o["performances"][0] == "perf of player_0 $\\boxed{1}$"
-    assert '<performance player="3" (you)>' in o["prompt"]
+    assert '<performance player="3">' in o["prompt"] and "(you)" not in o["prompt"]
+    assert o["prompt"].index("</performance>") < o["prompt"].index("You are Player 3.")
     assert "<vote>" in o["prompt"]
+
+
+def test_civilians_prompts_differ_only_in_their_tail():
+    """Seat-specific text comes last, so a backend can encode the civilians' long common prefix once."""
+    env = spy_env.parallel_env(n_players=5, max_document_chars=1_500)
+    obs, _ = env.reset(seed=3, options={"spy_seat": 1})
+    for _ in range(2):  # the performances, then the votes
+        civilians = [obs[f"player_{s}"]["prompt"] for s in (0, 2, 3, 4)]
+        shared = os.path.commonprefix(civilians)  # noqa: RUF071 (characters, not path parts)
+        assert all(len(p) - len(shared) < 400 for p in civilians)  # the tail: the seat and the legal votes
+        assert obs["player_0"]["copy"] in shared
+        assert not obs["player_1"]["prompt"].startswith(shared)  # the spy's copy differs
+        obs, *_ = env.step({a: f"perf of {a} $\\boxed{{1}}$" for a in env.agents})
+    assert obs["player_0"]["performances"][4] in shared
 
 
 def test_think_is_stripped_before_others_see_it():

@@ -105,6 +105,11 @@ class SpyRLConfig:
     max_prompt_tokens: int = _f(12288, "Longer prompts are skipped for training and counted.")
     max_completion_tokens: int = _f(4096, "Completion budget (max new tokens).")
     generation_batch_size: int = _f(64, "hf backend generation batch size.")
+    share_prefix: bool = _f(
+        True,
+        "hf backend: encode the prompts' shared prefixes once (a game's civilians share the copy and the "
+        "performances) and decode into a reserved cache; False prefills every prompt in full.",
+    )
     vote_mode: str = _f(
         "free",
         "How votes are decoded (hf): free; constrained (<vote>k</vote>, the model picks k: warm start); "

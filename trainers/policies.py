@@ -43,6 +43,7 @@ def learner_policy(config: SpyRLConfig, model: Any, tokenizer: Any, *, greedy: b
         name="policy",
         batch_size=config.generation_batch_size,
         decoding=decoding_options(config),
+        share_prefix=config.share_prefix,
     )
     if config.forward_votes:
         from trainers.votes import ForwardVotes

@@ -25,6 +25,7 @@ import torch
 
 from agents.decoding import VoteProgram, is_vote
 from agents.hf import HFPolicy
+from agents.prefix_cache import grouped_logits, prefix_groups
 from agents.tensors import left_pad
 from spy_env.policy import Action, Observation
 from trainers.loss import LossConfig, LossScale, loss_items
@@ -84,21 +85,12 @@ class ForwardVotes:
         model, sampling = self.learner.model, self.learner.sampling
         prefix = programs[0].prefix
         inputs = [p + prefix for p in prompts]
-        ids, attention = left_pad(inputs, self.learner.pad_id)
-        device = next(model.parameters()).device
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
         grad = self.keep_graphs and any(p.requires_grad for p in model.parameters())
         mode = model.training
         model.train(grad)  # the update's mode: gradient checkpointing (if on) keeps only block inputs
         try:
             with torch.enable_grad() if grad else torch.inference_mode():
-                logits = model(
-                    input_ids=ids.to(device),
-                    attention_mask=attention.to(device),
-                    position_ids=positions.to(device),
-                    logits_to_keep=len(prefix) + 1,
-                    use_cache=False,
-                ).logits.float()  # (B, len(prefix) + 1, V): the tag's tokens, then the choice
+                logits = self._forward(inputs, len(prefix) + 1, checkpointed=grad and _checkpointed(model))
         finally:
             model.train(mode)
         raw = torch.log_softmax(logits.detach(), dim=-1)
@@ -119,6 +111,27 @@ class ForwardVotes:
                 self.retained[tuple(prompt + prefix)] = logq
             actions.append(self._action(prompt, program, raw[row], list(firsts), tokens, taken))
         return actions
+
+    def _forward(self, inputs: list[list[int]], keep: int, *, checkpointed: bool) -> torch.Tensor:
+        """(B, keep, V) float logits of the inputs' last ``keep`` positions: the tag's tokens, then the choice.
+
+        Prompts sharing a prefix (a game's civilians) encode it once (:mod:`agents.prefix_cache`), and
+        with gradients every row of a group backpropagates into that one prefix graph. Gradient
+        checkpointing drops the cache, so checkpointed forwards run one left-padded batch instead.
+        """
+        model, pad_id = self.learner.model, self.learner.pad_id
+        if self.learner.share_prefix and not checkpointed and len(inputs) > 1:
+            return grouped_logits(model, inputs, pad_id, prefix_groups(inputs, keep=keep), keep).float()
+        ids, attention = left_pad(inputs, pad_id)
+        device = next(model.parameters()).device
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        return model(
+            input_ids=ids.to(device),
+            attention_mask=attention.to(device),
+            position_ids=positions.to(device),
+            logits_to_keep=keep,
+            use_cache=False,
+        ).logits.float()
 
     def _action(
         self,
@@ -153,6 +166,11 @@ class ForwardVotes:
         if step is None or step < 0:
             return None
         return self.retained.get(tuple(row["prompt_token_ids"]) + tuple(row["completion_token_ids"][:step]))
+
+
+def _checkpointed(model: torch.nn.Module) -> bool:
+    """Whether gradient checkpointing is on (transformers marks each checkpointed block's flag)."""
+    return any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
 
 
 def _single_token_choices(program: VoteProgram) -> bool:
