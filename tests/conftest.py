@@ -6,6 +6,12 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # one thread per worker (pyproject runs one worker per core): OpenMP threads spinning beside another
+    # worker's made a SmolLM2 decode step 15x slower on the 2-core machine. Subprocesses inherit it.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 import socket

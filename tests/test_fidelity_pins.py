@@ -144,7 +144,9 @@ def test_dapo_denominator_is_the_whole_mini_batch_across_micro_batches(tmp_path)
         (b1, a1), (_, a4) = results
         moved = max((a - b).abs().max().item() for a, b in zip(a1, b1, strict=True))
         gap = max((x - y).abs().max().item() for x, y in zip(a1, a4, strict=True))
-        assert moved > 1e-4 and gap < 1e-3 * moved, (stage, moved, gap)
+        # AdamW's first step is lr * g / (|g| + eps): where |g| is near eps, rounding (batch shapes, threads)
+        # moves it by ~1e-3 lr; a wrong denominator reweights whole micro-batches, far above 1e-2 lr.
+        assert moved > 1e-4 and gap < 1e-2 * moved, (stage, moved, gap)
 
 
 PAPER_VALUES = {

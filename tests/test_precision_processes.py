@@ -153,7 +153,9 @@ def test_documents_per_iteration_is_the_global_batch_on_two_processes(update_run
     names = [k for k in one if "." in k and not k.startswith(("before.", "grad."))]
     moved = max((one[n] - one[f"before.{n}"]).abs().max().item() for n in names)
     gap = max((one[n] - two[n]).abs().max().item() for n in names)
-    assert moved > 1e-4 and gap < 1e-3 * moved
+    # AdamW's first step is lr * g / (|g| + eps): where |g| is near eps, rounding (batch shapes, threads)
+    # moves it by ~1e-3 lr; a wrong denominator reweights whole micro-batches, far above 1e-2 lr.
+    assert moved > 1e-4 and gap < 1e-2 * moved
 
 
 def test_one_and_two_processes_compute_the_same_gradient(update_runs):
