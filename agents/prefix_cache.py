@@ -27,7 +27,7 @@ import torch
 
 from agents.tensors import left_pad
 
-__all__ = ["grouped_logits", "prefill", "prefix_groups"]
+__all__ = ["grouped_logits", "prefill", "prefix_groups", "reserve"]
 
 # the cost of one more group (its own forward call), in prompt tokens not recomputed
 GROUP_COST = 32
@@ -139,7 +139,7 @@ class _Reserved:
         return self.buffer[..., :end, :]
 
 
-def _reserve(layer: Any, capacity: int) -> None:
+def reserve(layer: Any, capacity: int) -> None:
     """Make a ``DynamicLayer`` append in place (its ``keys``/``values`` become views of a reserved buffer)."""
     keys, values = _Reserved(layer.keys, capacity), _Reserved(layer.values, capacity)
     layer.keys, layer.values = keys.append(layer.keys[..., :0, :]), values.append(layer.values[..., :0, :])
@@ -182,7 +182,7 @@ def prefill(
     cache = DynamicCache(ddp_cache_data=layers, config=model.config)
     for layer in cache.layers:
         if type(layer) is DynamicLayer:  # sliding-window layers keep their own update
-            _reserve(layer, width + room)
+            reserve(layer, width + room)
     return rows, input_ids, attention_mask, cache
 
 

@@ -1,73 +1,112 @@
-"""The main job's time: ``spyrl play`` with SmolLM2 (warm cache) against raw generation of the same game.
+"""The main job's time: ``spyrl play`` with SmolLM2 (warm cache), one row per speed lever, side by side.
 
-Runs ``spyrl play --agent smollm2`` as a user would (a fresh process: imports, model load, five
-performances, five think-then-vote votes, transcript), ``--reps`` times after one warm-up run that
-fills the conversion cache. Then, in this process, plain ``model.generate`` on the same prompts with
-as many new tokens as the game's longest completion per stage. Prints the wall times, the budget
-(60 s on the 2-core CPU machine) and the ratio play ÷ raw generation, measured side by side.
+Each path is ``spyrl play --agent smollm2`` as a user runs it (a fresh process: imports, model load,
+five performances, five think-then-vote votes, transcript), the paths interleaved ``--reps`` times
+after one warm-up run that fills the conversion cache:
 
-    python benchmarks/play_time.py [--reps 2] [--seed 0]
+- ``float32, full prefill``: the path before issue #27 (``--dtype float32 --no-share-prefix``);
+- ``float32, shared prefixes``: a game's civilians share their copy and the performances, so their
+  long common prefix is encoded once and decoding appends to a reserved cache (``--dtype float32``);
+- ``bf16, full prefill``: bfloat16 weights on a CPU that computes bf16 natively (``--dtype bfloat16
+  --no-share-prefix``);
+- ``default``: what ``spyrl play`` does today (``--dtype fast``: bf16 where native, shared prefixes).
+
+Prints the median and spread of each path's wall time and its ratio to the first, measured in this
+run. Then two checks that the fast paths play the same game:
+
+- greedy (``--temperature 0``) float32 games with and without shared prefixes: the same tokens;
+- SmolLM2's constrained vote (its argmax seat) on a fixed set of vote prompts (``--agreement-games``
+  heuristic-performed 5-player games, every seat's vote), float32 against bfloat16: the share of
+  equal votes (goal: ≥ 95%).
+
+    python benchmarks/play_time.py [--reps 3] [--seed 0] [--agreement-games 20]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import torch
-from smollm2_iteration import raw_generate  # benchmarks/ is on sys.path when run as a script
+PATHS = {
+    "float32, full prefill": ["--dtype", "float32", "--no-share-prefix"],
+    "float32, shared prefixes": ["--dtype", "float32"],
+    "bf16, full prefill": ["--dtype", "bfloat16", "--no-share-prefix"],
+    "default (fast: bf16 where native, shared prefixes)": [],
+}
 
-from spy_env.stage import Stage
 
-BUDGET_S = 60.0
+def play(seed: int, out: Path, extra: list[str]) -> float:
+    out.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "spyrl", "play", "--agent", "smollm2", "--seed", str(seed), "--out", str(out)]
+    start = time.perf_counter()
+    subprocess.run(command + extra, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def tokens(out: Path) -> list[list[int]]:
+    return [json.loads(line)["completion_token_ids"] for line in out.read_text().splitlines()]
+
+
+def vote_agreement(games: int) -> tuple[int, int]:
+    """Equal constrained greedy votes, float32 vs bfloat16, on every seat's vote of ``games`` heuristic games."""
+    import spy_env
+    from agents import HeuristicAgent, SamplingParams, smollm2
+    from agents.decoding import DecodingOptions
+
+    observations = []
+    performer = HeuristicAgent(seed=0)
+    for seed in range(games):
+        env = spy_env.parallel_env()
+        obs, _ = env.reset(seed=seed)
+        obs, *_ = env.step(dict(zip(env.agents, performer.act([obs[a] for a in env.agents]), strict=True)))
+        observations += [obs[a] for a in env.agents]
+    votes = []
+    for dtype in ("float32", "bfloat16"):
+        policy = smollm2.load(
+            sampling=SamplingParams(temperature=0.0, max_new_tokens=8),
+            dtype=dtype,
+            decoding=DecodingOptions(vote_mode="constrained"),
+        )
+        votes.append([a.text for a in policy.act(observations)])
+    return sum(a == b for a, b in zip(*votes, strict=True)), len(observations)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from agents import smollm2
-
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--reps", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--agreement-games", type=int, default=20)
     args = p.parse_args(argv)
-    path = smollm2.converted_path()  # the warm cache
-    out = Path(tempfile.mkdtemp(prefix="play-time-")) / "game.jsonl"
-    command = [sys.executable, "-m", "spyrl", "play", "--agent", "smollm2", "--seed", str(args.seed), "--out", str(out)]
-    subprocess.run(command, check=True, capture_output=True)  # warm-up (page cache, bytecode)
-    plays = []
+    from agents.hf import native_bf16
+
+    folder = Path(tempfile.mkdtemp(prefix="play-time-"))
+    play(args.seed, folder / "warm.jsonl", [])  # warm-up: conversion cache, page cache, bytecode
+    times: dict[str, list[float]] = {name: [] for name in PATHS}
     for _ in range(args.reps):
-        out.unlink(missing_ok=True)
-        start = time.perf_counter()
-        subprocess.run(command, check=True, capture_output=True)
-        plays.append(time.perf_counter() - start)
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+        for name, extra in PATHS.items():
+            times[name].append(play(args.seed, folder / "game.jsonl", extra))
+    print(
+        f"spyrl play --agent smollm2 (warm cache), {args.reps} runs a path, interleaved; native bf16: {native_bf16()}"
+    )
+    base = statistics.median(times[next(iter(PATHS))])
+    for name, runs in times.items():
+        median = statistics.median(runs)
+        print(f"  {name:<52} {median:6.1f} s  (min {min(runs):.1f}, max {max(runs):.1f})  ×{base / median:.2f}")
 
-    start = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
-    pad = AutoTokenizer.from_pretrained(str(path)).eos_token_id
-    load = time.perf_counter() - start
-    start = time.perf_counter()
-    for stage in (Stage.PERFORM, Stage.VOTE):
-        llm = [r for r in rows if r["stage"] == stage]
-        longest = max(len(r["completion_token_ids"]) for r in llm)
-        raw_generate(model, [r["prompt_token_ids"] for r in llm], longest, 16, pad)
-    generate = time.perf_counter() - start
-
-    play = min(plays)
-    votes = [r for r in rows if r["stage"] == Stage.VOTE]
-    valid = sum(not r["violations"] and r["vote"] >= 0 for r in votes)
-    answered = sum("no_answer" not in r["violations"] for r in rows if r["stage"] == Stage.PERFORM)
-    print(f"spyrl play (warm cache, best of {args.reps}): {play:.1f} s   budget {BUDGET_S:.0f} s")
-    print(f"raw generate of the same game: {generate:.1f} s (+ model load {load:.1f} s)")
-    print(f"ratio play / (load + raw generate): {play / (load + generate):.2f}")
-    print(f"valid seat votes {valid}/{len(votes)}, performances with a boxed answer {answered}/{len(votes)}")
-    return 0
+    greedy = ["--temperature", "0", "--dtype", "float32"]
+    play(args.seed, folder / "shared.jsonl", greedy)
+    play(args.seed, folder / "full.jsonl", [*greedy, "--no-share-prefix"])
+    same = tokens(folder / "shared.jsonl") == tokens(folder / "full.jsonl")
+    print(f"greedy float32 game, shared prefixes vs full prefill: {'the same tokens' if same else 'DIFFERENT tokens'}")
+    equal, total = vote_agreement(args.agreement_games)
+    print(f"constrained greedy votes, bfloat16 vs float32: {equal}/{total} equal ({equal / total:.0%}, goal ≥ 95%)")
+    return 0 if same and equal >= 0.95 * total else 1
 
 
 if __name__ == "__main__":

@@ -1,39 +1,46 @@
-"""Votes trained per minute: constrained votes in one forward pass (``forward_votes``) vs ``generate``.
+"""Votes trained per minute: constrained votes in one forward pass (``forward_votes``), one row per lever.
 
 Each path trains SmolLM2-135M (the ``smollm2-selfplay`` preset: 3 players, heuristic performers, the
-last 12 blocks, fp32 on CPU) for ``--iterations`` iterations on the *same* games (same seeds, so the
-same vote prompts), each in its own process so its peak RSS is its own:
+last 12 blocks, on CPU) for ``--iterations`` iterations on the *same* games (same seeds, so the same
+vote prompts), each run in its own process so its peak RSS is its own, the paths interleaved
+``--reps`` times:
 
-- ``generate-4``: the path before issue #18 (attempt 3): votes from ``generate`` (prefill, then one
-  step per forced tag token), four updates an iteration (behaviour log-probs recomputed for the three
-  off-policy mini-batches, then a forward and backward per mini-batch);
-- ``generate-1``: votes from ``generate``, one on-policy update (a second prefill with gradients);
-- ``forward``: ``forward_votes``: one forward per vote whose graph feeds the one update (no second
-  prefill);
-- ``forward-ckpt``: the same with gradient checkpointing (the kept graphs hold block inputs only).
+- ``forward-full``: the fast path before issue #27: one left-padded float32 forward per batch of
+  votes whose graph feeds the one on-policy update (``share_prefix=false``);
+- ``forward``: the same with shared prefixes: a game's civilians read the same copy and performances,
+  so their common prefix is encoded once and both votes backpropagate into that one graph;
+- ``forward-bf16``: shared prefixes with bfloat16 weights (``dtype=bfloat16``; the optimizer steps
+  fp32 masters, :mod:`trainers.precision`), on a CPU that computes bf16 natively;
+- ``forward-ckpt``: shared prefixes off, gradient checkpointing on (the memory-saving path);
+- ``generate-4`` / ``generate-1``: votes from ``generate`` (the path before issue #18), four updates
+  or one on-policy update an iteration.
 
-Prints votes trained per minute of iteration time (rollouts + update; model loading excluded), the
-ratio of each path to ``generate-4`` and ``generate-1`` measured in this run, and each process's
-peak RSS. Goals (issue #18): ``forward`` ≥ 1.5× today's path; peak RSS ≤ 4 GB.
+Prints each path's votes trained per minute of iteration time (rollouts + update; model loading
+excluded; median of the repeats, with min and max), its peak RSS, and its ratio to ``forward-full``
+measured in this run. Goal (issue #27): ≥ 2× ``forward-full`` at ≤ 4 GB peak RSS.
 
-    python benchmarks/vote_throughput.py                 # 2 iterations a path (~10 min on 2 cores)
-    python benchmarks/vote_throughput.py --iterations 1
+    python benchmarks/vote_throughput.py                          # forward-full, forward, forward-bf16
+    python benchmarks/vote_throughput.py --paths forward-full,forward-ckpt,generate-4 --reps 1
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 PATHS = {
+    "forward-full": {"forward_votes": True, "updates_per_iteration": 1, "share_prefix": False},
+    "forward": {"forward_votes": True, "updates_per_iteration": 1},
+    "forward-bf16": {"forward_votes": True, "updates_per_iteration": 1, "dtype": "bfloat16"},
+    "forward-ckpt": {"forward_votes": True, "updates_per_iteration": 1, "gradient_checkpointing": True},
     "generate-4": {"forward_votes": False, "updates_per_iteration": 4},
     "generate-1": {"forward_votes": False, "updates_per_iteration": 1},
-    "forward": {"forward_votes": True, "updates_per_iteration": 1},
-    "forward-ckpt": {"forward_votes": True, "updates_per_iteration": 1, "gradient_checkpointing": True},
 }
+DEFAULT = ("forward-full", "forward", "forward-bf16")
 
 
 def measure(name: str, iterations: int, out: str) -> dict:
@@ -71,44 +78,43 @@ def measure(name: str, iterations: int, out: str) -> dict:
     return result
 
 
+def run_one(name: str, iterations: int) -> dict:
+    """Measure one path in a fresh process."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        command = [sys.executable, __file__, "--one", name, "--iterations", str(iterations), "--result", f.name]
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return json.loads(Path(f.name).read_text())
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--iterations", type=int, default=2)
-    p.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated among {list(PATHS)}")
+    p.add_argument("--paths", default=",".join(DEFAULT), help=f"comma-separated among {list(PATHS)}")
+    p.add_argument("--reps", type=int, default=3, help="runs of each path, interleaved")
     p.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure this path in this process
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
         measure(args.one, args.iterations, args.result)
         return 0
-    results = {}
-    import tempfile
-
-    for name in [x.strip() for x in args.paths.split(",") if x.strip()]:
-        with tempfile.NamedTemporaryFile(suffix=".json") as f:
-            command = [
-                sys.executable,
-                __file__,
-                "--one",
-                name,
-                "--iterations",
-                str(args.iterations),
-                "--result",
-                f.name,
-            ]
-            subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            results[name] = json.loads(Path(f.name).read_text())
-        r = results[name]
-        print(
-            f"{name:13s} {r['votes'] / r['seconds'] * 60:6.1f} votes/min  peak RSS {r['peak_rss_gb']:.2f} GB",
-            flush=True,
-        )
-    rate = {k: r["votes"] / r["seconds"] for k, r in results.items()}
-    for base in ("generate-4", "generate-1"):
-        if base in rate:
-            for k in rate:
-                if k.startswith("forward"):
-                    print(f"ratio {k} / {base}: {rate[k] / rate[base]:.2f}x")
+    names = [x.strip() for x in args.paths.split(",") if x.strip()]
+    unknown = sorted(set(names) - set(PATHS))
+    if unknown:
+        p.error(f"unknown paths {unknown}; choose among {list(PATHS)}")
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    for _ in range(args.reps):
+        for name in names:
+            runs[name].append(run_one(name, args.iterations))
+    rate = {name: statistics.median(r["votes"] / r["seconds"] * 60 for r in rs) for name, rs in runs.items()}
+    for name, rs in runs.items():
+        rates = [r["votes"] / r["seconds"] * 60 for r in rs]
+        line = f"{name:13s} {rate[name]:6.1f} votes/min (min {min(rates):.1f}, max {max(rates):.1f})"
+        line += f"  peak RSS {max(r['peak_rss_gb'] for r in rs):.2f} GB"
+        if "forward-full" in rate:
+            line += f"  x{rate[name] / rate['forward-full']:.2f} forward-full"
+        print(line, flush=True)
     return 0
 
 

@@ -251,3 +251,31 @@ def test_boxed_answer_is_detected_incrementally_as_by_decoding_the_whole_body(ti
             changes += program._complete != previous
             previous = program._complete
     assert changes > 30  # the texts did open, close and reopen boxes
+
+
+def test_fast_dtype_is_bf16_only_where_the_cpu_computes_it():
+    from agents.hf import native_bf16, resolve_dtype
+
+    assert resolve_dtype("fast", "cpu") == (torch.bfloat16 if native_bf16() else torch.float32)
+    assert resolve_dtype("fast", "cuda") == resolve_dtype("auto", "cuda") == torch.bfloat16
+    assert resolve_dtype("auto", "cpu") == torch.float32  # the library keeps full precision on CPUs
+    with pytest.raises(ValueError, match="auto, fast, float32"):
+        resolve_dtype("fp8", "cpu")
+
+
+def test_a_reserved_cache_grows_and_decodes_as_a_full_forward(tiny_model_dir):
+    """Decoding into a reserved cache (room for 2, then doubled) gives the logits of a fresh full forward."""
+    from transformers import AutoModelForCausalLM
+
+    from agents.prefix_cache import reserve
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
+    ids = torch.randint(5, 200, (2, 30))
+    with torch.inference_mode():
+        cache = model(input_ids=ids[:, :25], use_cache=True).past_key_values
+        for layer in cache.layers:
+            reserve(layer, 27)  # room for two tokens: the later ones grow the buffer
+        steps = [model(input_ids=ids[:, k : k + 1], past_key_values=cache).logits[:, -1] for k in range(25, 30)]
+        full = model(input_ids=ids).logits[:, 25:]
+    assert cache.get_seq_length() == 30
+    assert torch.allclose(torch.stack(steps, dim=1), full, atol=1e-4)

@@ -299,3 +299,15 @@ def test_batch_groups_split_over_processes_normalise_like_one_process(vote_gradi
         split_choices = [a for h in halves for a in choice_advantages(h, Stage.VOTE, config, stats)]
         for a, b in zip(split_choices, whole_choices, strict=True):
             np.testing.assert_allclose(a, b, atol=1e-9)
+
+
+def test_checkpointed_models_are_recognised(tiny_model_dir):
+    """Gradient checkpointing drops the KV cache, so forward votes must know it is on (and then not share)."""
+    from transformers import AutoModelForCausalLM
+
+    from trainers.votes import _checkpointed
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
+    assert not _checkpointed(model)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    assert _checkpointed(model)

@@ -58,7 +58,11 @@ class SpyRLConfig:
         "Policy model: hub id or folder ('tiny' builds a tiny random model).",
     )
     output_dir: str = _f("runs/spyrl", "Where checkpoints, buffers, metrics and plots go.")
-    dtype: str = _f("auto", "Model dtype: auto (bf16 on GPU, fp32 on CPU), float32, bfloat16.")
+    dtype: str = _f(
+        "auto",
+        "Model dtype: auto (bf16 on GPU, fp32 on CPU), fast (bf16 also on CPUs with native bf16: AVX-512 BF16 "
+        "or AMX), float32, bfloat16. Low-precision weights train through fp32 masters (trainers/precision.py).",
+    )
     device: str = _f("auto", "auto, cpu or cuda (single process; multi-GPU via accelerate launch).")
     gradient_checkpointing: bool = _f(False, "Trade compute for memory in the backward pass.")
     lora_r: int = _f(0, "LoRA rank via peft; 0 trains all parameters.")

@@ -46,7 +46,7 @@ CHOICES = {
     "stage_schedule": SCHEDULES,
     "start_stage": ("detect", "perform"),
     "generation": GENERATION,
-    "dtype": ("auto", "float32", "bfloat16", "float16"),
+    "dtype": ("auto", "fast", "float32", "bfloat16", "float16"),
     "vote_mode": ("free", "constrained", "think-then-vote"),
     "answer": ("free", "boxed"),
 }
