@@ -1,0 +1,153 @@
+"""What do a model's votes follow? Length, seat or content, in the eased game and the default game.
+
+Issue #26, item 0: a SmolLM2 trained on the eased game (3 players, ``blank`` spy copy, 600
+characters) catches the spy there and not in the default game (5 players, ``mask_spans``, full
+documents). This probe asks each model for its constrained vote distribution on fixed games of both
+settings, with heuristic performers, and measures per civilian vote (in expectation over the
+model's distribution at temperature 1):
+
+- ``spy``: probability on the spy (expected accuracy);
+- ``shortest``: probability on the shortest other performance (the length shortcut), beside how
+  often the spy's performance *is* the shortest;
+- ``first_seat``: probability on the first legal seat (a position preference);
+- ``swap``: the same game with the spy's performance text and one other civilian's exchanged
+  (the voter's own copy unchanged): probability on the seat that now shows the spy's text
+  (``swap_text``) and on the spy's seat, now showing a civilian's text (``swap_seat``). A voter that
+  reads content follows the text; one that learned seats or positions does not move.
+
+Games are drawn from the *training* split of the corpus (never the held-out documents, which are
+kept for reported results). Each metric is a mean over games with its 95% bootstrap interval.
+
+    python experiments/vote_probe.py --model smollm2 --model runs/fast/eased_model --out docs/experiment/vote_probe.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SETTINGS = {
+    "eased": {"n_players": 3, "degrade": "blank", "max_document_chars": 600},
+    "default": {"n_players": 5, "degrade": "mask_spans"},
+}
+METRICS = ("spy", "shortest", "spy_is_shortest", "first_seat", "swap_text", "swap_seat")
+
+
+def load_voter(spec: str) -> Any:
+    """A greedy constrained-vote SmolLM2 (``smollm2``) or a saved model folder."""
+    from agents import SamplingParams, smollm2
+    from agents.decoding import DecodingOptions
+    from agents.hf import HFPolicy
+
+    options = {
+        "sampling": SamplingParams(temperature=0.0, max_new_tokens=8),
+        "decoding": DecodingOptions(vote_mode="constrained"),
+        "dtype": "fast",
+    }
+    if spec == "smollm2":
+        return smollm2.load(**options)
+    return HFPolicy.from_pretrained(spec, name=spec, **options)
+
+
+def games(setting: str, count: int, seed: int) -> list[tuple[Any, dict[str, str]]]:
+    """``count`` fixed (env, performances) pairs on training documents: heuristic performances played."""
+    import spy_env
+    from agents import HeuristicAgent
+    from spy_env.config import GameConfig
+    from trainers.documents import training_documents
+
+    config = GameConfig.from_dict(SETTINGS[setting])
+    train, _ = training_documents(config, 0.2, 0)  # the trainer's default split: held-out documents never used
+    config = replace(config, corpus=train, max_documents=None)
+    performer = HeuristicAgent(seed=seed)
+    out = []
+    for k in range(count):
+        env = spy_env.parallel_env(config)
+        obs, _ = env.reset(seed=seed + k)
+        performances = dict(zip(env.agents, performer.act([obs[a] for a in env.agents]), strict=True))
+        out.append((env, performances))
+    return out
+
+
+def vote_observations(env: Any, performances: dict[str, str], seed: int) -> tuple[list[dict], int]:
+    """The vote observations after ``performances`` (a fresh reset of the same game), and the spy's seat."""
+    obs, _ = env.reset(seed=seed)
+    obs, *_ = env.step(performances)
+    return [obs[a] for a in env.agents], int(env.state()[2])  # state(): stage, round, spy seat, alive...
+
+
+def probe_game(voter: Any, env: Any, performances: dict[str, str], seed: int, rng: np.random.Generator) -> dict:
+    observations, spy = vote_observations(env, performances, seed)
+    n = len(observations)
+    lengths = [len(performances[f"player_{s}"]) for s in range(n)]
+    civilians = [s for s in range(n) if s != spy]
+    other = int(rng.choice(civilians))  # the civilian whose text trades places with the spy's
+    swapped = dict(performances)
+    swapped[f"player_{spy}"], swapped[f"player_{other}"] = (
+        performances[f"player_{other}"],
+        performances[f"player_{spy}"],
+    )
+    swapped_obs, _ = vote_observations(env, swapped, seed)
+    voters = [s for s in civilians if s != other]  # their own performance is the same in both games
+    plain = voter.act([observations[s] for s in voters])
+    after = voter.act([swapped_obs[s] for s in voters])
+    row: dict[str, list[float]] = {m: [] for m in METRICS}
+    for seat, action, moved in zip(voters, plain, after, strict=True):
+        p = {int(k) - 1: v for k, v in (action.vote_distribution or {}).items() if k.isdigit()}
+        q = {int(k) - 1: v for k, v in (moved.vote_distribution or {}).items() if k.isdigit()}
+        others = [s for s in range(n) if s != seat]
+        shortest = min(others, key=lambda s: lengths[s])
+        row["spy"].append(p.get(spy, 0.0))
+        row["shortest"].append(p.get(shortest, 0.0))
+        row["spy_is_shortest"].append(float(shortest == spy))
+        row["first_seat"].append(p.get(others[0], 0.0))
+        row["swap_text"].append(q.get(other, 0.0))
+        row["swap_seat"].append(q.get(spy, 0.0))
+    return {m: float(np.mean(v)) for m, v in row.items()}
+
+
+def summarize(rows: list[dict]) -> dict[str, dict[str, float]]:
+    from spy_env.heldout import bootstrap
+
+    return {m: bootstrap([r[m] for r in rows]).to_dict() for m in METRICS}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", action="append", required=True, help="smollm2 or a saved model folder (repeatable)")
+    p.add_argument("--games", type=int, default=48, help="games per setting")
+    p.add_argument("--seed", type=int, default=777)
+    p.add_argument("--out", required=True, help="JSON file to write")
+    args = p.parse_args(argv)
+    from spy_env.io import refuse_existing_outputs, write_text
+
+    try:
+        refuse_existing_outputs([args.out], overwrite=False)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    command = "python experiments/vote_probe.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    results: dict[str, Any] = {"command": command, "games": args.games, "models": {}}
+    fixed = {setting: games(setting, args.games, args.seed) for setting in SETTINGS}
+    for spec in args.model:
+        voter = load_voter(spec)
+        results["models"][spec] = {}
+        for setting, played in fixed.items():
+            rng = np.random.default_rng(args.seed)
+            rows = [probe_game(voter, env, perf, args.seed + k, rng) for k, (env, perf) in enumerate(played)]
+            results["models"][spec][setting] = summarize(rows)
+            line = ", ".join(f"{m} {results['models'][spec][setting][m]['mean']:.3f}" for m in METRICS)
+            print(f"{spec} [{setting}] {line}", flush=True)
+    write_text(Path(args.out), json.dumps(results, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
