@@ -100,3 +100,28 @@ def test_smollm2_plays_a_real_game_every_vote_valid_every_performance_answered(t
     assert all("no_answer" not in r["violations"] for r in rows if r["stage"] == "perform")
     for r in votes:  # each transcript line says who voted for whom
         assert f"Player {r['seat'] + 1} → Player {r['vote'] + 1}" in proc.stdout
+
+
+def test_vote_probe_measures_what_votes_follow_in_both_settings(tiny_model_dir, tmp_path):
+    """experiments/vote_probe.py on a tiny model: every metric a probability, the eased spy always shortest."""
+    out = tmp_path / "probe.json"
+    command = [
+        sys.executable,
+        "experiments/vote_probe.py",
+        "--model",
+        str(tiny_model_dir),
+        "--games",
+        "3",
+        "--out",
+        str(out),
+    ]
+    subprocess.run(command, check=True, capture_output=True, timeout=600)
+    models = json.loads(out.read_text())["models"]
+    settings = models[str(tiny_model_dir)]
+    assert set(settings) == {"eased", "default"}
+    for metrics in settings.values():
+        assert all(0.0 <= m["low"] <= m["mean"] <= m["high"] <= 1.0 for m in metrics.values())
+        assert metrics["swap_text"]["mean"] + metrics["swap_seat"]["mean"] <= 1.0 + 1e-9
+    assert settings["eased"]["spy_is_shortest"]["mean"] == 1.0  # a heuristic performer with a blank copy writes least
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 2 and again.stderr.startswith("error:")  # never overwrites a result
