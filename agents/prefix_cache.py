@@ -140,7 +140,11 @@ class _Reserved:
 
 
 def reserve(layer: Any, capacity: int) -> None:
-    """Make a ``DynamicLayer`` append in place (its ``keys``/``values`` become views of a reserved buffer)."""
+    """Make a ``DynamicLayer`` append in place (its ``keys``/``values`` become views of a reserved buffer).
+
+    For sampling and greedy decoding, which only append: cropping or reordering the layer's batch
+    afterwards (beam search, assisted decoding) is not supported.
+    """
     keys, values = _Reserved(layer.keys, capacity), _Reserved(layer.values, capacity)
     layer.keys, layer.values = keys.append(layer.keys[..., :0, :]), values.append(layer.values[..., :0, :])
 
@@ -167,7 +171,10 @@ def prefill(
         rows += group
         parts.append((ids, mask, cache))
     width = max(ids.shape[1] for ids, _, _ in parts)
-    pad = lambda t, value: torch.nn.functional.pad(t, (width - t.shape[1], 0), value=value)  # noqa: E731
+
+    def pad(t: torch.Tensor, value: int) -> torch.Tensor:
+        return torch.nn.functional.pad(t, (width - t.shape[1], 0), value=value)
+
     input_ids = torch.cat([pad(ids, pad_id) for ids, _, _ in parts])
     attention_mask = torch.cat([pad(mask, 0) for _, mask, _ in parts])
     layers = []
