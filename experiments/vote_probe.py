@@ -128,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     from spy_env.io import refuse_existing_outputs, write_text
 
     try:
+        for spec in args.model:
+            if spec != "smollm2" and not (Path(spec) / "config.json").is_file():
+                raise ValueError(f"--model {spec!r}: not smollm2 and not a model folder (no config.json)")
         refuse_existing_outputs([args.out], overwrite=False)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)

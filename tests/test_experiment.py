@@ -125,3 +125,13 @@ def test_vote_probe_measures_what_votes_follow_in_both_settings(tiny_model_dir, 
     assert settings["eased"]["spy_is_shortest"]["mean"] == 1.0  # a heuristic performer with a blank copy writes least
     again = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert again.returncode == 2 and again.stderr.startswith("error:")  # never overwrites a result
+    missing = [
+        sys.executable,
+        "experiments/vote_probe.py",
+        "--model",
+        str(tmp_path / "nope"),
+        "--out",
+        str(tmp_path / "x.json"),
+    ]
+    wrong = subprocess.run(missing, capture_output=True, text=True, timeout=600)
+    assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1 and "not a model folder" in wrong.stderr
