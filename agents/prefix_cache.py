@@ -119,14 +119,19 @@ def _group_forward(model: Any, prompts: list[Sequence[int]], shared: int, pad_id
 
 
 class _Reserved:
-    """A cache layer's keys or values in a buffer with room for ``capacity`` positions: appending a
-    step writes in place instead of copying the whole cache (``DynamicLayer`` concatenates)."""
+    """A cache layer's keys or values in a buffer with room to append: a step writes in place
+    instead of copying the whole cache (``DynamicLayer`` concatenates). ``buffer[..., :length, :]``
+    holds the cached positions."""
 
-    def __init__(self, tensor: torch.Tensor, capacity: int) -> None:
+    def __init__(self, buffer: torch.Tensor, length: int) -> None:
+        self.buffer, self.length = buffer, length
+
+    @classmethod
+    def holding(cls, tensor: torch.Tensor, capacity: int) -> _Reserved:
         shape = (*tensor.shape[:-2], max(capacity, tensor.shape[-2]), tensor.shape[-1])
-        self.buffer = tensor.new_zeros(shape)
-        self.buffer[..., : tensor.shape[-2], :] = tensor
-        self.length = tensor.shape[-2]
+        buffer = tensor.new_zeros(shape)
+        buffer[..., : tensor.shape[-2], :] = tensor
+        return cls(buffer, tensor.shape[-2])
 
     def append(self, new: torch.Tensor) -> torch.Tensor:
         end = self.length + new.shape[-2]
@@ -139,14 +144,11 @@ class _Reserved:
         return self.buffer[..., :end, :]
 
 
-def reserve(layer: Any, capacity: int) -> None:
-    """Make a ``DynamicLayer`` append in place (its ``keys``/``values`` become views of a reserved buffer).
-
-    For sampling and greedy decoding, which only append: cropping or reordering the layer's batch
-    afterwards (beam search, assisted decoding) is not supported.
-    """
-    keys, values = _Reserved(layer.keys, capacity), _Reserved(layer.values, capacity)
-    layer.keys, layer.values = keys.append(layer.keys[..., :0, :]), values.append(layer.values[..., :0, :])
+def _adopt(layer: Any, keys: _Reserved, values: _Reserved) -> None:
+    """Make ``layer`` hold ``keys``/``values`` and append to them in place."""
+    if not layer.is_initialized:
+        layer.lazy_initialization(keys.buffer, values.buffer)
+    layer.keys, layer.values = keys.buffer[..., : keys.length, :], values.buffer[..., : values.length, :]
 
     def update(key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
         layer.keys, layer.values = keys.append(key_states), values.append(value_states)
@@ -155,42 +157,57 @@ def reserve(layer: Any, capacity: int) -> None:
     layer.update = update
 
 
+def reserve(layer: Any, capacity: int) -> None:
+    """Make a ``DynamicLayer`` append in place (its ``keys``/``values`` become views of a reserved buffer).
+
+    For sampling and greedy decoding, which only append: cropping or reordering the layer's batch
+    afterwards (beam search, assisted decoding) is not supported.
+    """
+    _adopt(layer, _Reserved.holding(layer.keys, capacity), _Reserved.holding(layer.values, capacity))
+
+
+def _zeros(like: torch.Tensor, batch: int, length: int) -> torch.Tensor:
+    """A (batch, heads, length, head_dim) zero buffer in the dtype and device of ``like``."""
+    return like.new_zeros((batch, like.shape[1], length, like.shape[-1]))
+
+
 def prefill(
     model: Any, prompts: Sequence[Sequence[int]], pad_id: int, groups: list[tuple[list[int], int]], *, room: int = 0
 ) -> tuple[list[int], Any, Any, Any]:
     """``(rows, input_ids, attention_mask, cache)`` for ``model.generate``: the batch in the order
     ``rows`` (the groups one after another), its cache covering every column but the last, with
-    ``room`` more positions reserved (the tokens to generate) so that decoding appends in place."""
+    ``room`` more positions reserved (the tokens to generate) so that decoding appends in place.
+
+    Each group's keys and values are written once, right-aligned, into the batch's buffers as soon
+    as the group is encoded, so at most one group's own cache exists beside them.
+    """
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
+    width = max(shared + max(len(prompts[r]) - shared for r in group) for group, shared in groups)
     rows: list[int] = []
-    parts = []
+    ids_parts, mask_parts = [], []
+    buffers: list[tuple[torch.Tensor, torch.Tensor]] = []
     for group, shared in groups:
         ids, mask, cache, _ = _group_forward(model, [prompts[r] for r in group], shared, pad_id, cut=1)
+        if not buffers:  # per layer, zero (masked) wherever a row is padded
+            size = width - 1 + room
+            buffers = [(_zeros(x.keys, len(prompts), size), _zeros(x.values, len(prompts), size)) for x in cache.layers]
+        start, stop = len(rows), len(rows) + len(group)
+        for (keys, values), layer in zip(buffers, cache.layers, strict=True):
+            begin = width - 1 - layer.keys.shape[-2]
+            keys[start:stop, :, begin : width - 1] = layer.keys
+            values[start:stop, :, begin : width - 1] = layer.values
         rows += group
-        parts.append((ids, mask, cache))
-    width = max(ids.shape[1] for ids, _, _ in parts)
-
-    def pad(t: torch.Tensor, value: int) -> torch.Tensor:
-        return torch.nn.functional.pad(t, (width - t.shape[1], 0), value=value)
-
-    input_ids = torch.cat([pad(ids, pad_id) for ids, _, _ in parts])
-    attention_mask = torch.cat([pad(mask, 0) for _, mask, _ in parts])
-    layers = []
-    for k in range(len(parts[0][2].layers)):
-        keys, values = [], []
-        for _, _, cache in parts:
-            layer = cache.layers[k]
-            gap = width - 1 - layer.keys.shape[-2]
-            keys.append(torch.nn.functional.pad(layer.keys, (0, 0, gap, 0)))
-            values.append(torch.nn.functional.pad(layer.values, (0, 0, gap, 0)))
-        layers.append((torch.cat(keys), torch.cat(values)))
-    cache = DynamicCache(ddp_cache_data=layers, config=model.config)
-    for layer in cache.layers:
-        if type(layer) is DynamicLayer:  # sliding-window layers keep their own update
-            reserve(layer, width + room)
-    return rows, input_ids, attention_mask, cache
+        ids_parts.append(torch.nn.functional.pad(ids, (width - ids.shape[1], 0), value=pad_id))
+        mask_parts.append(torch.nn.functional.pad(mask, (width - mask.shape[1], 0), value=0))
+    merged = DynamicCache(config=model.config)
+    for layer, (keys, values) in zip(merged.layers, buffers, strict=True):
+        if type(layer) is DynamicLayer:
+            _adopt(layer, _Reserved(keys, width - 1), _Reserved(values, width - 1))
+        else:  # a sliding-window layer keeps its own update
+            layer.update(keys[..., : width - 1, :], values[..., : width - 1, :])
+    return rows, torch.cat(ids_parts), torch.cat(mask_parts), merged
 
 
 def grouped_logits(
