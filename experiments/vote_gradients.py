@@ -18,9 +18,9 @@ Held-out evaluation: fixed games on the held-out documents (never trained on: a 
 document id), greedy votes, the base model once and each row every ``--eval-every`` iterations;
 expected accuracy (the probability the vote names the spy) and greedy detection accuracy with 95%
 bootstrap intervals over games, and the paired bootstrap interval of trained − base. The
-``expected`` row's final model also plays ``--default-games`` games of the default setting (5
-players, ``mask_spans``, full documents), paired with the base model, and can be saved
-(``--save-model``) for ``spyrl bench`` and ``spyrl tournament``.
+final model of every row also plays ``--default-games`` games of the default setting (5
+players, ``mask_spans``, full documents), paired with the base model; the ``expected`` row's can be
+saved (``--save-model``) for ``spyrl bench`` and ``spyrl tournament``.
 
 Writes ``vote_gradients.json`` and ``vote_gradients.png`` to ``--out`` (atomically).
 
@@ -43,6 +43,7 @@ from spy_env.extras import require
 from spy_env.heldout import METRICS, evaluate_heldout, paired_difference, summarize
 from spy_env.io import refuse_existing_outputs, save_figure, save_pretrained, write_text
 from trainers import SpyRLConfig, SpyRLTrainer
+from trainers.documents import training_documents
 from trainers.extras import PLOTS
 from trainers.policies import learner_policy, seat_policy
 
@@ -61,7 +62,11 @@ def evaluate(trainer: SpyRLTrainer, games: int, seed: int, config: GameConfig | 
     config = config or trainer.game_config
     policy = learner_policy(trainer.config, trainer.unwrapped, trainer.tokenizer, greedy=True)
     seats = [seat_policy(trainer.config, policy)] * config.n_players
-    return evaluate_heldout(seats, config, trainer.eval_documents, games, seed=seed)[1]
+    documents = trainer.eval_documents
+    if config.max_document_chars != trainer.game_config.max_document_chars:
+        # the same held-out documents, truncated as this game truncates them (full ones in the default game)
+        documents = training_documents(config, trainer.config.heldout_fraction, 1)[1]
+    return evaluate_heldout(seats, config, documents, games, seed=seed)[1]
 
 
 def summary(games: list[dict], base: list[dict] | None = None) -> dict[str, Any]:
@@ -118,7 +123,7 @@ def run_row(
         "per_game": {"trained": final},
         "training": history,
     }
-    if name == "expected" and args.default_games:
+    if args.default_games:
         trained = evaluate(trainer, args.default_games, args.seed, default_setting(config))
         row["default_setting"] = {"base": summary(base["default"]), "trained": summary(trained, base["default"])}
     if name == "expected" and args.save_model:
@@ -246,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     plot(results, out / "vote_gradients.png")
     for row in results["rows"]:
         print(f"{row['row']} ({row['votes_trained']} votes, {row['minutes']:.1f} min): {_line(row['evaluations'][-1])}")
+        if "default_setting" in row:
+            print(f"{row['row']} on the default setting: {_line(row['default_setting']['trained'])}")
     print(f"wrote {out / 'vote_gradients.json'} and {out / 'vote_gradients.png'} in {results['minutes']:.1f} min")
     return 0
 
