@@ -9,8 +9,14 @@ interception server requires; a pass-through relay on 127.0.0.1 adds it and chan
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -23,8 +29,9 @@ import verifiers.v1 as vf
 from verifiers.v1.utils.loaders import environment_class, load_environment
 
 import spy_env
+from spy_env.degrade import DEGRADERS, Degraded
 from spy_env.policy import chat_messages
-from spyrl.integrations.verifiers import SpyEnv, SpyEnvConfig
+from spyrl.integrations.verifiers import SpyEnv, SpyEnvConfig, gold_check
 from tests.conftest import free_port
 
 
@@ -103,3 +110,48 @@ def test_one_episode_end_to_end_against_a_real_server(done_relay, tiny_model_dir
         assert trace.reward == pytest.approx(weighted)
     # zero-sum performing rewards over the table, as in the env
     assert sum(t.rewards["perform"].score for t in episode.traces) == pytest.approx(0.0, abs=1e-9)
+
+
+def _vf_validate(tmp_path, *args):
+    """``vf-validate spyrl-game`` as a user runs it (verifiers' own CLI), its summary.json and result rows."""
+    exe = shutil.which("vf-validate", path=str(Path(sys.executable).parent)) or shutil.which("vf-validate")
+    assert exe, "verifiers installs vf-validate"
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    cmd = [exe, "spyrl-game", *args, "--runtime.type", "subprocess", "-o", str(tmp_path), "--rich", "false"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [run] = [d for d in tmp_path.iterdir() if d.is_dir()]
+    rows = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines() if line.strip()]
+    return json.loads((run / "summary.json").read_text()), rows
+
+
+def test_vf_validate_runs_a_gold_and_a_noop_check_on_every_game(tmp_path):
+    """Before: SpyTask had no reward and no validate(), so both checks came back 'unchecked'."""
+    summary, rows = _vf_validate(tmp_path, "--taskset.num-games", "3", "--taskset.n-players", "4")
+    assert summary["total"] == 3 and summary["valid_rate"] == 1.0
+    for check in ("gold", "noop"):
+        assert summary["checks"][check]["valid"] == 3, summary["checks"]
+    # the untouched game scores nothing: no vote caught anyone, no performance was judged
+    for row in rows:
+        assert row["noop"]["reward"] == 0.0
+        assert set(row["noop"]["rewards"]) == {"detect", "perform", "penalty"}
+
+
+def test_gold_check_fails_a_game_whose_spy_copy_is_not_degraded(monkeypatch):
+    def unchanged(text, rng, ctx):
+        return Degraded(text, (), "unchanged")
+
+    monkeypatch.setitem(DEGRADERS, "unchanged", unchanged)
+    for seed in range(3):
+        assert gold_check(spy_env.GameConfig(n_players=4, rounds=1), seed)
+        assert not gold_check(spy_env.GameConfig(n_players=4, rounds=1, degrade="unchanged"), seed)
+
+
+def test_tasks_record_the_game_they_belong_to():
+    env = load_environment(
+        SpyEnvConfig(taskset={"id": "spyrl-game", "n_players": 6, "num_games": 2, "degrade": "blank"})
+    )
+    for task in env.taskset:
+        assert (task.data.n_players, task.data.degrade) == (6, "blank")
+        assert task.data.game_config() == env.taskset.config.game_config()

@@ -30,19 +30,74 @@ from spy_env.config import GameConfig
 from spy_env.env import parallel_env
 from spy_env.policy import chat_messages
 
-__all__ = ["SpyEnv", "SpyEnvConfig", "SpyTask", "SpyTaskData", "SpyTaskset", "SpyTasksetConfig"]
+__all__ = ["SpyEnv", "SpyEnvConfig", "SpyTask", "SpyTaskData", "SpyTaskset", "SpyTasksetConfig", "gold_check"]
 
+OUTCOME = "spyrl_outcome"  # the trace info key of a seat's reward components
 _LOCAL_CHAT = {"harness": {"id": "null"}, "runtime": {"type": "subprocess"}, "max_turns": 2}
 
 
 class SpyTaskData(vf.TaskData):
-    """One game: its seed fixes the document, the spy seat and the spy's copy."""
+    """One game: its seed fixes the document, the spy seat and the spy's copy; the game's size and
+    degradation are recorded with it."""
 
     game_seed: int = 0
+    n_players: int = Field(5, ge=3, le=10)
+    degrade: str | None = None
+
+    def game_config(self) -> GameConfig:
+        return GameConfig(n_players=self.n_players, rounds=1, degrade=self.degrade)
 
 
 class SpyTask(vf.Task[SpyTaskData]):
-    pass
+    """One game (the taskset's task) or one seat of it (the env's interactions).
+
+    Scoring: the seat's round reward, ``detect``, ``perform`` and ``penalty`` with the game's
+    weights, as the environment scored the seat (the env leaves its components in the trace's
+    info). A trace on which no game was played scores 0 on each, so ``vf-validate``'s no-op check
+    (score the untouched task) finds that doing nothing does not pass. The gold check
+    (:meth:`validate`) plays the task's game with the ground truth: every civilian votes for the
+    spy's seat.
+    """
+
+    @vf.reward
+    async def seat_reward(self, trace: Any) -> dict[str, float]:
+        config = self.data.game_config()
+        components = trace.info.get(OUTCOME, {})
+        weights = {"detect": config.weight_detect, "perform": config.weight_perform, "penalty": config.weight_penalty}
+        for name, weight in weights.items():
+            trace.record_reward(name, float(components.get(name, 0.0)), weight)
+        return {}  # recorded above, each with its own weight
+
+    async def validate(self, runtime: Any = None) -> bool:
+        return gold_check(self.data.game_config(), self.data.game_seed)
+
+
+def gold_check(config: GameConfig, seed: int) -> bool:
+    """Play game ``seed`` with the ground truth and check the environment scores it as such.
+
+    Every seat performs as the ``heuristic`` agent from its own copy; every civilian votes for the
+    spy's seat, the spy for a civilian. True when the spy's copy differs from the civilians' (the
+    degradation took something), the spy is caught, every civilian's ``detect`` component is 1
+    and the spy's 0, and nobody is penalised.
+    """
+    from agents.scripted import HeuristicAgent
+
+    game = parallel_env(config)
+    observations, _ = game.reset(seed=seed)
+    spy = game.game.spy_seat
+    copies = {game.seat_of[a]: observations[a]["copy"] for a in game.agents}
+    performer = HeuristicAgent(seed=seed)
+    observations, *_ = game.step({a: performer.act([observations[a]])[0] for a in game.agents})
+    civilian = next(s for s in range(config.n_players) if s != spy)
+    votes = {a: f"<vote>{(civilian if game.seat_of[a] == spy else spy) + 1}</vote>" for a in game.agents}
+    *_, infos = game.step(votes)
+    components = {game.seat_of[a]: info["reward_components"] for a, info in infos.items()}
+    return (
+        all(copies[s] != copies[spy] for s in copies if s != spy)
+        and all(info["truth"]["spy_caught"] for info in infos.values())
+        and all(c["detect"] == float(s != spy) for s, c in components.items())
+        and all(c["perform_penalty"] == c["vote_penalty"] == 0 for c in components.values())
+    )
 
 
 class SpyTasksetConfig(vf.TasksetConfig):
@@ -63,7 +118,11 @@ class SpyTaskset(vf.Taskset[SpyTask, SpyTasksetConfig]):
         rng = np.random.default_rng(self.config.seed)
         for i in range(self.config.num_games):
             seed = int(rng.integers(2**31 - 1))
-            yield SpyTask(SpyTaskData(id=f"game-{seed}", name=f"game {i}", game_seed=seed), self.config.task)
+            data = SpyTaskData(
+                id=f"game-{seed}", name=f"game {i}", game_seed=seed, n_players=self.config.n_players,
+                degrade=self.config.degrade,
+            )  # fmt: skip
+            yield SpyTask(data, self.config.task)
 
 
 class SpyEnvConfig(vf.EnvConfig):
@@ -92,6 +151,8 @@ class SpyEnv(vf.Env[SpyEnvConfig]):
                         name=f"seat {seat + 1}",
                         system_prompt=system,
                         game_seed=task.data.game_seed,
+                        n_players=config.n_players,
+                        degrade=config.degrade,
                     )
                 )
                 seats[agent] = await stack.enter_async_context(role.interaction(seat_task))
@@ -107,18 +168,22 @@ class SpyEnv(vf.Env[SpyEnvConfig]):
                         actions[agent] = reply.last_reply
                 observations, _, _, _, infos = game.step(actions)
             for agent, interaction in seats.items():
-                _record(interaction.trace, config, infos[agent], game.seat_of[agent])
+                _record(interaction.trace, infos[agent], game.seat_of[agent])
 
 
 def _user(observation: dict[str, Any]) -> str:
     return next(m["content"] for m in chat_messages(observation) if m["role"] == "user")
 
 
-def _record(trace: Any, config: GameConfig, info: dict[str, Any], seat: int) -> None:
+def _record(trace: Any, info: dict[str, Any], seat: int) -> None:
+    """The seat's outcome on its trace: reward components in its info (scored by
+    :meth:`SpyTask.seat_reward` when the interaction closes) and its metrics."""
     comps = info["reward_components"]
-    trace.record_reward("detect", comps["detect"], config.weight_detect)
-    trace.record_reward("perform", comps["perform"], config.weight_perform)
-    trace.record_reward("penalty", comps["perform_penalty"] + comps["vote_penalty"], config.weight_penalty)
+    trace.info[OUTCOME] = {
+        "detect": comps["detect"],
+        "perform": comps["perform"],
+        "penalty": comps["perform_penalty"] + comps["vote_penalty"],
+    }
     truth = info.get("truth", {})
     trace.record_metric("seat", seat)
     trace.record_metric("vote", -1 if info.get("vote") is None else info["vote"])
