@@ -20,7 +20,9 @@ expected accuracy (the probability the vote names the spy) and greedy detection 
 bootstrap intervals over games, and the paired bootstrap interval of trained − base. The
 final model of every row also plays ``--default-games`` games of the default setting (5
 players, ``mask_spans``, full documents), paired with the base model; the ``expected`` row's can be
-saved (``--save-model``) for ``spyrl bench`` and ``spyrl tournament``.
+saved (``--save-model``) for ``spyrl bench`` and ``spyrl tournament``. ``--init-model`` continues training
+from such a folder while the base evaluation stays the preset's model, so a continued run's gains
+are still paired with the untrained model on the same games.
 
 Writes ``vote_gradients.json`` and ``vote_gradients.png`` to ``--out`` (atomically).
 
@@ -90,14 +92,18 @@ def run_row(
     """Train one row, evaluating on the held-out games; returns the row and the base evaluation (made once)."""
     config = row_config(name, args, iterations)
     start = time.perf_counter()
-    trainer = SpyRLTrainer(config)
+    trainer = None
     if base is None:  # the same base model on the same fixed games: evaluated once for every row
+        trainer = SpyRLTrainer(config)
         logging.info("base model: %d held-out documents, %d games", len(trainer.eval_documents), args.eval_games)
         base = {"games": evaluate(trainer, args.eval_games, args.seed), "default": []}
         if args.default_games:
             base["default"] = evaluate(trainer, args.default_games, args.seed, default_setting(config))
         base["minutes"] = (time.perf_counter() - start) / 60
         start = time.perf_counter()
+    if args.init_model or trainer is None:  # training starts from --init-model; gains stay against the base
+        del trainer
+        trainer = SpyRLTrainer(config.with_overrides([f"model={args.init_model}"] if args.init_model else []))
     evaluations = [{"iteration": 0, "votes": 0, **summary(base["games"])}]
     history, votes, final = [], 0, base["games"]
     for _ in range(config.iterations):
@@ -115,6 +121,7 @@ def run_row(
     row: dict[str, Any] = {
         "row": name,
         "overrides": ROWS[name],
+        "init_model": args.init_model,
         "config": config.to_dict(),
         "heldout_documents": [d.id for d in trainer.eval_documents],
         "votes_trained": votes,
@@ -125,7 +132,11 @@ def run_row(
     }
     if args.default_games:
         trained = evaluate(trainer, args.default_games, args.seed, default_setting(config))
-        row["default_setting"] = {"base": summary(base["default"]), "trained": summary(trained, base["default"])}
+        row["default_setting"] = {
+            "base": summary(base["default"]),
+            "trained": summary(trained, base["default"]),
+            "per_game": {"trained": trained},
+        }
     if name == "expected" and args.save_model:
         save_pretrained(args.save_model, trainer.unwrapped, trainer.tokenizer, overwrite=args.overwrite)
     row["minutes"] = (time.perf_counter() - start) / 60
@@ -196,7 +207,7 @@ def parse_rows(text: str, iterations: int) -> list[tuple[str, int]] | None:
     return rows or None
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default="runs/vote_gradients", help="folder for vote_gradients.json and .png")
     p.add_argument("--runs", default="runs/vote_gradients", help="folder of the training runs (checkpoints)")
@@ -210,9 +221,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=12345, help="seed of the held-out games")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="SpyRLConfig override, every row")
     p.add_argument("--save-model", default=None, help="save the expected row's trained model in this folder")
+    p.add_argument(
+        "--init-model",
+        default=None,
+        help="train every row from this model (a --save-model folder) instead of the preset's; the base "
+        "evaluation stays the preset's model, so every gain is against it",
+    )
     p.add_argument("--quick", action="store_true", help="a few-minute run of the same pipeline")
     p.add_argument("--overwrite", action="store_true", help="replace earlier results and a saved model")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     defaults = {"iterations": 2, "eval_games": 3, "eval_every": 1, "default_games": 0} if args.quick else {}
     defaults = {"iterations": 20, "eval_games": 32, "eval_every": 10, "default_games": 6, **defaults}
     for name, value in defaults.items():
@@ -224,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if min(args.iterations, args.eval_games, args.eval_every) < 1 or args.default_games < 0:
         print("error: --iterations, --eval-games and --eval-every must be >= 1", file=sys.stderr)
+        return 2
+    if args.init_model and not (Path(args.init_model) / "config.json").is_file():
+        print(f"error: --init-model {args.init_model!r} is not a saved model folder (no config.json)", file=sys.stderr)
         return 2
     out = Path(args.out)
     outputs = [out / "vote_gradients.json", out / "vote_gradients.png"]
@@ -245,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    results["base"] = {"per_game": base["games"], "minutes": base["minutes"]}
+    results["base"] = {"per_game": base["games"], "default_per_game": base["default"], "minutes": base["minutes"]}
     results["minutes"] = (time.perf_counter() - start) / 60
     write_text(out / "vote_gradients.json", json.dumps(results, indent=1, default=float) + "\n")
     plot(results, out / "vote_gradients.png")
