@@ -5,7 +5,11 @@ uniformly at random (seeded), and never abstains:
 
 - ``shortest``: the fewest characters; ``longest``: the most;
 - ``fewest-numbers``: the fewest numbers (the heuristic's number pattern);
-- ``first-seat``: the first legal seat, whatever was written.
+- ``first-seat``: the first legal seat, whatever was written;
+- ``odd-one-out``: the performance least like the others: the lowest mean word-set (Jaccard)
+  overlap with every other shown performance, the voter's own included. Scripted civilians write
+  the same text from the same copy, so where the spy's copy changes what it writes, the spy is
+  the one text that differs, and this rule finds it without reading any copy.
 
 They never read their own copy, so a detection result that one of them matches is a result about
 the surface of the performances, not about comparing them with the document. Seated as performers
@@ -15,6 +19,7 @@ terms), so a table of rule voters plays the same games as a table of heuristic a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -23,25 +28,56 @@ from agents.scripted import HeuristicAgent, legal_seats, numbers_in, scripted_fa
 from spy_env.policy import Observation
 from spy_env.stage import Stage
 
-__all__ = ["RULES", "Rule", "RuleAgent"]
+__all__ = ["RULES", "SINGLE_TEXT_RULES", "Rule", "RuleAgent", "overlap"]
 
 
 @dataclass(frozen=True)
 class Rule:
-    """``score(seat, performance)``: the rule votes for the lowest score; ``help`` says what it picks."""
+    """``score(seat, performance, shown)``: the rule votes for the lowest score; ``help`` says what it picks.
 
-    score: Callable[[int, str], float]
+    ``shown`` is every performance of the round as the voter sees it (its own included, ``""`` for an
+    eliminated seat); only ``odd-one-out`` reads it.
+    """
+
+    score: Callable[[int, str, Sequence[str]], float]
     help: str
 
 
+_WORD = re.compile(r"\w+")
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(w.lower() for w in _WORD.findall(text))
+
+
+def overlap(a: str, b: str) -> float:
+    """Jaccard overlap of the word sets of ``a`` and ``b`` (1.0 for two texts without words).
+
+    >>> overlap("Sum 6 and 36", "sum 36 and 7")
+    0.6
+    """
+    x, y = _words(a), _words(b)
+    return len(x & y) / len(x | y) if x | y else 1.0
+
+
+def _oddness(seat: int, text: str, shown: Sequence[str]) -> float:
+    others = [t for s, t in enumerate(shown) if s != seat and t]
+    return sum(overlap(text, t) for t in others) / len(others) if others else 0.0
+
+
 RULES: dict[str, Rule] = {
-    "shortest": Rule(lambda seat, text: len(text), "the shortest performance (characters; ties at random)"),
-    "longest": Rule(lambda seat, text: -len(text), "the longest performance (characters; ties at random)"),
+    "shortest": Rule(lambda seat, text, shown: len(text), "the shortest performance (characters; ties at random)"),
+    "longest": Rule(lambda seat, text, shown: -len(text), "the longest performance (characters; ties at random)"),
     "fewest-numbers": Rule(
-        lambda seat, text: len(numbers_in(text)), "the performance with the fewest numbers (ties at random)"
+        lambda seat, text, shown: len(numbers_in(text)), "the performance with the fewest numbers (ties at random)"
     ),
-    "first-seat": Rule(lambda seat, text: seat, "the first legal seat, whatever was written"),
+    "first-seat": Rule(lambda seat, text, shown: seat, "the first legal seat, whatever was written"),
+    "odd-one-out": Rule(
+        _oddness, "the performance least like the others, the voter's own included (word overlap; ties at random)"
+    ),
 }
+# The rules that score one performance alone: in the length-matched game every one of them ties.
+SINGLE_TEXT_RULES = ("shortest", "longest", "fewest-numbers", "first-seat")
 
 
 class RuleAgent:
@@ -65,7 +101,8 @@ class RuleAgent:
         legal = legal_seats(obs)
         if not legal:
             return "<vote>N/A</vote>"
-        scores = {seat: self.rule.score(seat, obs["performances"][seat]) for seat in legal}
+        shown = obs["performances"]
+        scores = {seat: self.rule.score(seat, shown[seat], shown) for seat in legal}
         low = min(scores.values())
         pick = int(self.rng.choice([seat for seat, score in scores.items() if score == low]))
         return f"By my rule, Player {pick + 1}. <vote>{pick + 1}</vote>"

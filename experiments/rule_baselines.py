@@ -13,6 +13,10 @@ civilian votes on the spy) with its 95% bootstrap interval over games:
   seed 12345); checked game by game against the committed per-game results;
 - ``default-heldout``: the default-setting games of ``smollm2_selfplay.py`` (5 players,
   ``mask_spans``, the same held-out documents; 8 games, of which attempt 3 played the first 4);
+- ``default-heldout-32``: the 32 default-setting games of ``docs/experiment/default_game.md`` (the
+  held-out documents in full, seed 12345), what attempts 1-3 on the default game were scored on;
+- ``default-600-heldout``: the same 32 games on documents cut at 600 characters (attempt 3's
+  training game, scored on its held-out games);
 - ``tuning-validation``: the 16 validation games of ``experiments/smollm2_tune.py`` (the first 12
   training documents, seed 777), checked against ``docs/experiment/tuning/base-validation-games.json``;
 - ``detect-v1`` and ``detect-v1-first48``: the leaderboard's detection set (``spyrl bench detect``);
@@ -93,6 +97,12 @@ def settings(train_games: int, baseline_games: int) -> list[Setting]:
                 eased, heldout, 32, HELDOUT_SEED, config.performer),
         Setting("default-heldout", "results.json / attempt*/results.json default_setting (5 players, mask_spans)",
                 default, heldout, 8, HELDOUT_SEED, config.performer),
+        Setting("default-heldout-32", "docs/experiment/default_game.md (attempts 1-3 on the default setting)",
+                default, training_documents(default, config.heldout_fraction, 1)[1], 32, HELDOUT_SEED,
+                config.performer),
+        Setting("default-600-heldout", "docs/experiment/default_game.md (attempt 3's training game, held out)",
+                replace(default, max_document_chars=eased.max_document_chars), heldout, 32, HELDOUT_SEED,
+                config.performer),
         Setting("tuning-validation", "docs/experiment/TUNING.md (smollm2_tune.py validation games)",
                 eased, train[:TUNING_DOCS], TUNING_GAMES, TUNING_SEED, config.performer),
         Setting("eased-train", "the eased game as training plays it", eased, train, train_games, 0, config.performer),

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import agents
-from agents.rules import RULES, RuleAgent
+from agents.rules import RULES, SINGLE_TEXT_RULES, RuleAgent, overlap
 from agents.scripted import MATCHED_CHARS, HeuristicAgent, MatchedHeuristicAgent, numbers_in
 from spy_env.config import GameConfig
 from spy_env.heldout import bootstrap
@@ -43,10 +43,25 @@ def voted(reply: str) -> int:
 
 def test_each_rule_votes_for_its_extreme_among_the_legal_seats():
     performances = ["mine, the shortest of all", "a b 1 2 3 4 5 6 7 8 9 10 11", "seven 7", "x" * 40]
-    picks = {rule: voted(RuleAgent(rule).act([vote_obs(performances)])[0]) for rule in RULES}
+    picks = {rule: voted(RuleAgent(rule).act([vote_obs(performances)])[0]) for rule in SINGLE_TEXT_RULES}
     # the voter's own seat 0 holds the shortest text and is not legal
     assert picks == {"shortest": 2, "longest": 3, "fewest-numbers": 3, "first-seat": 1}
     assert voted(RuleAgent("first-seat").act([vote_obs(performances, legal=[2, 3])])[0]) == 2
+    assert set(RULES) == {*SINGLE_TEXT_RULES, "odd-one-out"}
+
+
+def test_odd_one_out_votes_for_the_text_unlike_the_others_counting_the_voters_own():
+    same = "Using its quantities 6, 36, 1, compute their sum. 6 + 36 + 1 = 43."
+    spy = "Using its quantities 36, 7, 6, compute their sum. 36 + 7 + 6 = 49."
+    for spy_seat in (1, 2, 3, 4):
+        performances = [spy if s == spy_seat else same for s in range(5)]
+        assert voted(RuleAgent("odd-one-out").act([vote_obs(performances)])[0]) == spy_seat
+    # three players: only the voter's own text tells which of the two others is the odd one
+    assert voted(RuleAgent("odd-one-out").act([vote_obs([same, spy, same])])[0]) == 1
+    assert voted(RuleAgent("odd-one-out").act([vote_obs([same, same, spy])])[0]) == 2
+    # an eliminated seat ("") is not a text to compare with
+    assert voted(RuleAgent("odd-one-out").act([vote_obs([same, "", spy, same], legal=[2, 3])])[0]) == 2
+    assert overlap("", "") == 1.0 and overlap("a b", "c") == 0.0
 
 
 def test_rule_ties_are_broken_at_random_and_never_abstain():
@@ -93,7 +108,7 @@ def test_length_solves_the_eased_game_and_not_the_matched_one():
     # matched: every rule that reads the performances ties on every vote, so it votes at random
     _, seen = _eased_games("shortest", "heuristic-matched", 60)
     for rule in ("shortest", "longest", "fewest-numbers"):
-        assert all(len({RULES[rule].score(0, text) for text in legal}) == 1 for legal in seen), rule
+        assert all(len({RULES[rule].score(0, text, legal) for text in legal}) == 1 for legal in seen), rule
     # first-seat never reads them: the same votes whoever performs
     assert _eased_games("first-seat", "heuristic", 60)[0] == _eased_games("first-seat", "heuristic-matched", 60)[0]
     # what still separates the spy is content compared with one's own copy
@@ -139,9 +154,10 @@ def test_committed_rule_table_is_current_and_on_the_experiments_games(tmp_path):
         for voter, entry in setting["voters"].items():
             assert entry["detection_accuracy"] == committed["settings"][name]["voters"][voter]["detection_accuracy"]
     assert fresh["eased-heldout"]["same_games"] and fresh["tuning-validation"]["same_games"]
-    assert all(
-        committed["settings"][s]["voters"][r]["at_chance"] for s in ("matched-train", "matched-heldout") for r in RULES
-    )
+    matched = [committed["settings"][s]["voters"] for s in ("matched-train", "matched-heldout")]
+    assert all(voters[r]["at_chance"] for voters in matched for r in SINGLE_TEXT_RULES)
+    # ...but civilians who perform from the same copy write the same text: the odd one out is the spy
+    assert all(voters["odd-one-out"]["detection_accuracy"]["low"] > 0.9 for voters in matched)
 
 
 def test_readme_first_result_names_the_strongest_rule_on_the_same_games():
