@@ -13,6 +13,7 @@ import pytest
 
 import agents
 from spy_env.corpus import CorpusFilter, is_heldout, load_corpus, split_documents
+from spy_env.heldout import bootstrap
 from spyrl.evaluation import bench as bench_module
 from spyrl.evaluation import results_table
 from spyrl.evaluation.bench import KINDS, build_set, load_set, run_bench, set_path
@@ -172,3 +173,18 @@ def test_a_set_whose_performances_were_rewritten_is_refused(tmp_path, capsys):
     forged.write_text(json.dumps(raw, indent=1))
     with pytest.raises(ValueError, match="is not the released detect-v1"):
         load_set("detect", forged)
+
+
+def test_bench_compare_pairs_each_file_with_the_first_on_the_same_games():
+    from spyrl.evaluation.bench import bench_table
+
+    base = run_bench("detect", agents.load("first-seat"), limit=24, model="first-seat")
+    heuristic = run_bench("detect", agents.load("heuristic"), limit=24, model="heuristic")
+    other = run_bench("detect", agents.load("heuristic"), limit=12, model="heuristic-12")  # not the same games
+    lines = bench_table([base, heuristic, other]).splitlines()[2:]
+    rows = {line.split("|")[1].strip(): line for line in lines}
+    before, after = ([g["detection_accuracy"] for g in r["results"]["detect-v1"]["items"]] for r in (base, heuristic))
+    gain = bootstrap([b - a for a, b in zip(before, after, strict=True)])
+    assert gain.mean > 0  # the heuristic beats first-seat on these games, so the column has something to show
+    assert rows["heuristic"].endswith(f"| {gain.mean:+.3f} [{gain.low:+.3f}, {gain.high:+.3f}] |")
+    assert rows["first-seat"].endswith("| — |") and rows["heuristic-12"].endswith("| — |")

@@ -397,10 +397,15 @@ def bench_table(runs: Sequence[Mapping[str, Any]]) -> str:
     """Markdown: one row per results file and set, the headline score with its interval.
 
     ``forfeits`` counts games whose call failed (a dead server): they score as misses, so a row
-    with many forfeits measures the backend, not the model.
+    with many forfeits measures the backend, not the model. ``vs first`` is the paired difference
+    from the first file's score on the same set (bootstrap over games), shown when both played
+    the same games (same documents and seeds, in order); ``—`` otherwise.
     """
-    lines = ["| model | set | score | mean [95% CI] | n | forfeits |", "|---|---|---|---|---|---|"]
-    for run in runs:
+    lines = [
+        "| model | set | score | mean [95% CI] | n | forfeits | vs first, paired [95% CI] |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for index, run in enumerate(runs):
         for name, r in run["results"].items():
             if "interval" not in r:
                 continue
@@ -409,8 +414,23 @@ def bench_table(runs: Sequence[Mapping[str, Any]]) -> str:
             except TypeError as e:
                 raise ValueError(f"results of {run.get('model')!r} on {name!r}: a malformed interval ({e})") from e
             score = run.get("protocol", {}).get("score", "accuracy")
-            lines.append(f"| {run['model']} | {name} | {score} | {i} | {r['n']} | {r.get('forfeits', 0)} |")
+            paired = _paired(r, runs[0]["results"].get(name), score) if index else None
+            shown = "—" if paired is None else f"{paired.mean:+.3f} [{paired.low:+.3f}, {paired.high:+.3f}]"
+            lines.append(f"| {run['model']} | {name} | {score} | {i} | {r['n']} | {r.get('forfeits', 0)} | {shown} |")
     return "\n".join(lines)
+
+
+def _paired(result: Mapping[str, Any], first: Mapping[str, Any] | None, score: str) -> Interval | None:
+    """``result`` − ``first`` on the same games, or None when they did not play the same games."""
+    items, base = result.get("items") or [], (first or {}).get("items") or []
+    same = len(items) == len(base) > 0 and all(
+        (a.get("document_id"), a.get("game_seed"), a.get("seat"))
+        == (b.get("document_id"), b.get("game_seed"), b.get("seat"))
+        for a, b in zip(items, base, strict=True)
+    )
+    if not same or not all(score in a and score in b for a, b in zip(items, base, strict=True)):
+        return None
+    return bootstrap([float(a[score]) - float(b[score]) for a, b in zip(items, base, strict=True)])
 
 
 def write_set(kind: str, out: str | os.PathLike | None = None, **kwargs: Any) -> Path:
