@@ -25,7 +25,7 @@ from agents.decoding import (
     is_vote,
     vote_choices,
 )
-from agents.prefix_cache import prefill, prefix_groups
+from agents.prefix_cache import cache_argument, prefill, prefix_groups
 from agents.registry import register_backend, some_argument
 from agents.sampling import SamplingParams
 from agents.tensors import left_pad
@@ -300,7 +300,7 @@ class HFPolicy:
             sequences = self.model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
-                past_key_values=cache,
+                **cache_argument(self.model, cache),
                 generation_config=self._generation_config(),
                 logits_processor=LogitsProcessorList(processors),
             )

@@ -18,8 +18,8 @@ paddings, positions count only real tokens, so each row sees exactly its own pro
 
 from __future__ import annotations
 
+import inspect
 import itertools
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,10 +27,27 @@ import torch
 
 from agents.tensors import left_pad
 
-__all__ = ["grouped_logits", "prefill", "prefix_groups", "reserve"]
+__all__ = ["cache_argument", "grouped_logits", "output_cache", "prefill", "prefix_groups", "reserve"]
 
 # the cost of one more group (its own forward call), in prompt tokens not recomputed
 GROUP_COST = 32
+
+
+def cache_argument(model: Any, cache: Any) -> dict[str, Any]:
+    """``{name: cache}`` for ``model``'s forward and ``generate``: ``cache`` from transformers 5,
+    ``past_key_values`` before (the old name still works in 5 but logs a deprecation once)."""
+    forward = getattr(model, "forward", None)
+    try:
+        new = "cache" in inspect.signature(forward).parameters
+    except (TypeError, ValueError):  # not introspectable: the name every version still accepts
+        new = False
+    return {"cache" if new else "past_key_values": cache}
+
+
+def output_cache(output: Any) -> Any:
+    """The KV cache a forward returned: ``output.cache`` in transformers 5, ``past_key_values`` before."""
+    cache = getattr(output, "cache", None)
+    return output.past_key_values if cache is None else cache
 
 
 def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
@@ -96,7 +113,7 @@ def _group_forward(model: Any, prompts: list[Sequence[int]], shared: int, pad_id
     device = next(model.parameters()).device
     n = len(prompts)
     prefix = torch.tensor([list(prompts[0][:shared])], dtype=torch.long)
-    cache = model(input_ids=prefix.to(device), use_cache=True).past_key_values
+    cache = output_cache(model(input_ids=prefix.to(device), use_cache=True))
     cache.batch_repeat_interleave(n)
     rest_ids, rest_mask = left_pad([p[shared:] for p in prompts], pad_id)
     ids = torch.cat([prefix.expand(n, shared), rest_ids], dim=1)
@@ -105,16 +122,14 @@ def _group_forward(model: Any, prompts: list[Sequence[int]], shared: int, pad_id
     output = None
     if width > 0:
         positions = (shared + rest_mask[:, :width].cumsum(-1) - 1).masked_fill(rest_mask[:, :width] == 0, 1)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*past_key_values.*", category=FutureWarning)  # renamed in v5
-            output = model(
-                input_ids=rest_ids[:, :width].to(device),
-                attention_mask=mask[:, : shared + width].to(device),
-                position_ids=positions.to(device),
-                past_key_values=cache,
-                use_cache=True,
-                **kwargs,
-            )
+        output = model(
+            input_ids=rest_ids[:, :width].to(device),
+            attention_mask=mask[:, : shared + width].to(device),
+            position_ids=positions.to(device),
+            use_cache=True,
+            **cache_argument(model, cache),
+            **kwargs,
+        )
     return ids, mask, cache, output
 
 

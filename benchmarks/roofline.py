@@ -61,21 +61,21 @@ def model_costs(model, context: int, rows: int, dtype: torch.dtype) -> tuple[flo
 def measure(path: str, dtype: torch.dtype, context: int, steps: int) -> dict[str, float]:
     from transformers import AutoModelForCausalLM
 
-    from agents.prefix_cache import reserve
+    from agents.prefix_cache import cache_argument, output_cache, reserve
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
     rows = 5
     ids = torch.randint(100, 10_000, (rows, context))
     with torch.inference_mode():
         prefill = best_seconds(lambda: model(input_ids=ids), repeats=2)
-        cache = model(input_ids=ids, use_cache=True).past_key_values
+        cache = output_cache(model(input_ids=ids, use_cache=True))
         for layer in cache.layers:
             reserve(layer, context + steps)  # as HFPolicy decodes: appending in place
         token = torch.randint(100, 10_000, (rows, 1))
         step_times = []
         for _ in range(steps):
             start = time.perf_counter()
-            model(input_ids=token, past_key_values=cache, use_cache=True)
+            model(input_ids=token, use_cache=True, **cache_argument(model, cache))
             step_times.append(time.perf_counter() - start)
     flops, step_bytes = model_costs(model, context, rows, dtype)
     return {

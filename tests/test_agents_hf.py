@@ -75,6 +75,23 @@ def test_shared_prefixes_change_nothing_but_the_work(tiny_model_dir):
     assert [sorted(len(rows) for rows, _ in g) for g in games] == [[1, 2]] * len(games)  # the spy; the civilians
 
 
+def test_the_cache_goes_by_the_name_the_installed_transformers_reads(tiny_model_dir):
+    """transformers 5 renamed ``past_key_values`` to ``cache`` (the old name logs a deprecation)."""
+    import inspect
+
+    from agents.prefix_cache import cache_argument
+
+    policy = HFPolicy.from_pretrained(str(tiny_model_dir), device="cpu")
+    reads_cache = "cache" in inspect.signature(policy.model.forward).parameters
+    assert cache_argument(policy.model, "C") == ({"cache": "C"} if reads_cache else {"past_key_values": "C"})
+
+    class Old(torch.nn.Module):
+        def forward(self, input_ids, past_key_values=None):
+            return input_ids
+
+    assert cache_argument(Old(), "C") == {"past_key_values": "C"}
+
+
 def test_prefix_groups_pick_the_long_shared_prefixes():
     system = list(range(100, 140))  # 40 tokens every prompt shares
     doc_a, doc_b = list(range(1000, 1300)), list(range(2000, 2300))
@@ -267,15 +284,17 @@ def test_a_reserved_cache_grows_and_decodes_as_a_full_forward(tiny_model_dir):
     """Decoding into a reserved cache (room for 2, then doubled) gives the logits of a fresh full forward."""
     from transformers import AutoModelForCausalLM
 
-    from agents.prefix_cache import reserve
+    from agents.prefix_cache import cache_argument, output_cache, reserve
 
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
     ids = torch.randint(5, 200, (2, 30))
     with torch.inference_mode():
-        cache = model(input_ids=ids[:, :25], use_cache=True).past_key_values
+        cache = output_cache(model(input_ids=ids[:, :25], use_cache=True))
         for layer in cache.layers:
             reserve(layer, 27)  # room for two tokens: the later ones grow the buffer
-        steps = [model(input_ids=ids[:, k : k + 1], past_key_values=cache).logits[:, -1] for k in range(25, 30)]
+        steps = [
+            model(input_ids=ids[:, k : k + 1], **cache_argument(model, cache)).logits[:, -1] for k in range(25, 30)
+        ]
         full = model(input_ids=ids).logits[:, 25:]
     assert cache.get_seq_length() == 30
     assert torch.allclose(torch.stack(steps, dim=1), full, atol=1e-4)
