@@ -18,6 +18,7 @@ paddings, positions count only real tokens, so each row sees exactly its own pro
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 from collections.abc import Sequence
@@ -36,12 +37,16 @@ GROUP_COST = 32
 def cache_argument(model: Any, cache: Any) -> dict[str, Any]:
     """``{name: cache}`` for ``model``'s forward and ``generate``: ``cache`` from transformers 5,
     ``past_key_values`` before (the old name still works in 5 but logs a deprecation once)."""
-    forward = getattr(model, "forward", None)
+    return {"cache" if _reads_cache(type(model)) else "past_key_values": cache}
+
+
+@functools.cache
+def _reads_cache(model_type: type) -> bool:
+    """Whether ``model_type.forward`` names its KV cache ``cache`` (once per class: it is on every forward)."""
     try:
-        new = "cache" in inspect.signature(forward).parameters
-    except (TypeError, ValueError):  # not introspectable: the name every version still accepts
-        new = False
-    return {"cache" if new else "past_key_values": cache}
+        return "cache" in inspect.signature(model_type.forward).parameters
+    except (AttributeError, TypeError, ValueError):  # not introspectable: the name every version still accepts
+        return False
 
 
 def output_cache(output: Any) -> Any:

@@ -134,7 +134,7 @@ class SpyEnv(vf.Env[SpyEnvConfig]):
     """One round of Who Is the Spy?, one interaction per seat (perform, then vote)."""
 
     async def run(self, task: vf.Task, agents: vf.Agents) -> None:
-        config = self.taskset.config.game_config()
+        config = task.data.game_config()
         game = parallel_env(config)
         observations, _ = game.reset(seed=int(task.data.game_seed))
         spy = game.game.spy_seat
