@@ -295,32 +295,47 @@ def _score_detect(policy: Policy, bench: BenchSet, documents: Sequence[Document]
     return items
 
 
-def _score_spy(policy: Policy, bench: BenchSet, documents: Sequence[Document], games: Sequence[BenchGame]):
-    from agents.scripted import HeuristicAgent
-
+def _score_spy(
+    policy: Policy,
+    bench: BenchSet,
+    documents: Sequence[Document],
+    games: Sequence[BenchGame],
+    detector: Policy | None = None,
+):
     started = _start(bench, documents, games)
     actions = call_policy(
         policy, [obs[env.possible_agents[g.seat]] for (env, obs), g in zip(started, games, strict=True)]
     )
-    items = []
+    stepped = []
     for (env, _), game, action in zip(started, games, actions, strict=True):
         spy = env.possible_agents[game.seat]
         texts = dict(zip(env.possible_agents, game.performances, strict=True))
         texts[spy] = action.text
         observations, _, _, _, infos = env.step(texts)
-        perform_violations = list(infos[spy]["violations"])
-        detectors = [a for a in env.agents if a != spy]
-        detector = HeuristicAgent(seed=game.game_seed)  # fixed and seeded per game: order-independent
-        replies = dict(zip(detectors, detector.act([observations[a] for a in detectors]), strict=True))
-        replies[spy] = ABSTAIN
-        _, _, _, _, infos = env.step(replies)
+        stepped.append((observations, list(infos[spy]["violations"])))
+    replies = _detector_votes(detector, started, games, [observations for observations, _ in stepped])
+    items = []
+    for (env, _), game, action, (_, perform_violations), votes in zip(
+        started, games, actions, stepped, replies, strict=True
+    ):
+        spy = env.possible_agents[game.seat]
+        texts = {agent: _text(reply) for agent, reply in votes.items()}
+        _, _, _, _, infos = env.step({**texts, spy: ABSTAIN})
         truth = infos[spy]["truth"]
+        panel = {}
+        if detector is not None:
+            expected = [_expected(reply, game.spy_seat) for reply in votes.values()]
+            panel = {
+                "expected_votes_against_share": float(np.mean(expected)),
+                "votes": [_text(v) for v in votes.values()],
+            }
         items.append(
             {
                 **_item_head(game),
                 "votes_against": int(truth["votes_received"][0][game.spy_seat]),
                 "survival_rate": float(not truth["spy_caught"]),
-                "votes_against_share": truth["votes_received"][0][game.spy_seat] / len(detectors),
+                "votes_against_share": truth["votes_received"][0][game.spy_seat] / len(votes),
+                **panel,
                 "no_answer_rate": float("no_answer" in perform_violations),
                 "valid_performance_rate": float(not perform_violations),
                 "violations": perform_violations,
@@ -329,6 +344,33 @@ def _score_spy(policy: Policy, bench: BenchSet, documents: Sequence[Document], g
             }
         )
     return items
+
+
+def _detector_votes(
+    detector: Policy | None, started: Sequence[tuple[Any, dict]], games: Sequence[BenchGame], observations: list[dict]
+) -> list[dict[str, Action | str]]:
+    """Each game's civilian votes: fixed heuristic detectors seeded per game, or one ``detector`` policy's
+    votes from every civilian seat (played in one batch)."""
+    from agents.scripted import HeuristicAgent
+
+    seats = [
+        [a for a in env.agents if a != env.possible_agents[g.seat]] for (env, _), g in zip(started, games, strict=True)
+    ]
+    if detector is None:  # fixed and seeded per game: order-independent
+        return [
+            dict(zip(agents, HeuristicAgent(seed=g.game_seed).act([obs[a] for a in agents]), strict=True))
+            for agents, g, obs in zip(seats, games, observations, strict=True)
+        ]
+    flat = call_policy(detector, [obs[a] for agents, obs in zip(seats, observations, strict=True) for a in agents])
+    out, at = [], 0
+    for agents in seats:
+        out.append(dict(zip(agents, flat[at : at + len(agents)], strict=True)))
+        at += len(agents)
+    return out
+
+
+def _text(reply: Action | str) -> str:
+    return reply.text if isinstance(reply, Action) else reply
 
 
 def _item_head(game: BenchGame) -> dict[str, Any]:
@@ -351,8 +393,13 @@ def run_bench(
     path: str | os.PathLike | None = None,
     decoding: Mapping[str, Any] | None = None,
     seed: int = 0,
+    detector: Policy | None = None,
 ) -> dict[str, Any]:
     """Score ``policy`` on a set; returns results in ``spyrl eval``'s JSON format.
+
+    ``detector`` (spy sets only): a policy that casts every civilian's vote in place of the set's
+    fixed heuristic detectors (e.g. a panel of a base model's votes); when it reports its vote
+    distribution, ``expected_votes_against_share`` is the mean probability the civilians put on the spy.
 
     ``results["<kind>-v<version>"]`` has ``n``, ``k`` (1), ``accuracy`` (the headline score:
     detection accuracy or survival rate), ``interval`` (its bootstrap 95% interval), every metric
@@ -363,9 +410,14 @@ def run_bench(
     if limit is not None and limit < 1:
         raise ValueError(f"--limit must be >= 1, got {limit}")
     games = bench.games[:limit]
-    score = _score_detect if kind == "detect" else _score_spy
-    items = score(policy, bench, documents, games)
-    metrics: dict[str, Interval] = {m: bootstrap([item[m] for item in items]) for m in METRICS[kind]}
+    if detector is not None and kind != "spy":
+        raise ValueError("a detector replaces the civilians' votes of a spy set; detect sets have none")
+    if kind == "detect":
+        items = _score_detect(policy, bench, documents, games)
+    else:
+        items = _score_spy(policy, bench, documents, games, detector)
+    names = METRICS[kind] + (("expected_votes_against_share",) if detector is not None else ())
+    metrics: dict[str, Interval] = {m: bootstrap([item[m] for item in items]) for m in names}
     headline = metrics[METRICS[kind][0]]
     return {
         "model": model or getattr(policy, "name", type(policy).__name__),
@@ -376,6 +428,7 @@ def run_bench(
             "set_sha256": bench.sha256,
             "interval": "bootstrap percentile 95% over games (2000 resamples, seed 0)",
             "description": _DESCRIPTIONS[kind],
+            **({"detector": getattr(detector, "name", type(detector).__name__)} if detector is not None else {}),
         },
         "seed": seed,
         "limit": limit,

@@ -1,0 +1,277 @@
+"""Self-play on the real game: does SmolLM2-135M improve as the spy when it performs and votes itself?
+
+Every row trains the same base model with :class:`trainers.SpyRLTrainer` (the ``smollm2-selfplay``
+preset moved to the default game: 5 players, ``mask_spans``, 600-character documents; the model writes
+every performance, up to ``max_completion_tokens`` tokens with a forced ``\\boxed{}`` answer) on the same
+training games for the same number of iterations:
+
+- ``selfplay``: the model performs and votes in every seat; the stage controller alternates every
+  ``k_min`` iterations, starting with the performing stage (RAE advantages for the performances, the
+  ``expected`` vote gradient for the votes). The paper's adaptive controller would never leave the
+  detection stage here: it waits for an EMA detection accuracy of 0.9, and SmolLM2 votes at chance;
+- ``detect-only``: the same games and iterations, the detection stage only (equal compute);
+- ``perform-reference``: the performing stage alone against fixed heuristic detectors (``voter=heuristic``),
+  the minimal reference: does the performing stage move the spy when the votes it learns from can
+  tell a spy from a civilian?
+
+Evaluation, the base model once and every row's final model, each paired with the base on the same games:
+
+- **as the spy**: the first ``--spy-games`` games of the spy-v1 benchmark set (full documents; greedy
+  performance): survival against its fixed heuristic detectors, and the share of votes a fixed panel of
+  the *base* model's votes (greedy, constrained, one forward pass each) puts on the spy, as the
+  expected share (its probability on the spy) and the greedy share;
+- **as a civilian**: detection (expected and greedy accuracy of constrained votes) on ``--detect-games``
+  held-out games of the training game with heuristic performers, as in ``vote_gradients.py``.
+
+Training metrics per iteration (stage, rewards and advantages per role, RAE baselines, the controller's
+EMAs, seconds) are kept for the diagnosis. Writes ``selfplay_stages.json`` and ``selfplay_stages.png``
+to ``--out`` (atomically).
+
+    python experiments/selfplay_stages.py --out docs/experiment/selfplay
+    python experiments/selfplay_stages.py --quick --out /tmp/quick      # a few minutes: what CI runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from spy_env.extras import require
+from spy_env.heldout import bootstrap, evaluate_heldout, paired_difference, summarize
+from spy_env.io import refuse_existing_outputs, save_figure, write_text
+from spyrl.evaluation.bench import run_bench
+from trainers import SpyRLConfig, SpyRLTrainer
+from trainers.extras import PLOTS
+from trainers.policies import learner_policy, seat_policy
+
+ROWS: dict[str, dict[str, Any]] = {
+    "selfplay": {"stage_schedule": "alternate"},
+    "detect-only": {"stage_schedule": "detect"},
+    "perform-reference": {"stage_schedule": "perform", "voter": "heuristic"},
+}
+GAME = {"n_players": 5, "degrade": "mask_spans", "max_document_chars": 600}
+BASE = {
+    "performer": "self",
+    "max_completion_tokens": 128,
+    "k_min": 2,
+    "start_stage": "perform",
+    "keep_buffers": False,
+    "progress": False,
+    "checkpoint_every": 1000,
+}
+SPY = ("survival_rate", "votes_against_share")
+PANEL = ("expected_votes_against_share", "votes_against_share")
+DETECT = ("expected_accuracy", "detection_accuracy")
+
+
+def row_config(name: str, args: argparse.Namespace) -> SpyRLConfig:
+    overrides = {**BASE, **ROWS[name], "output_dir": str(Path(args.runs) / name), "iterations": args.iterations}
+    overrides["game"] = dict(GAME)
+    if args.quick:
+        overrides.update(documents_per_iteration=1, max_completion_tokens=48, k_min=1)
+    return SpyRLConfig.preset("smollm2-selfplay", **overrides).with_overrides(args.set)
+
+
+class Replay:
+    """A policy that replays recorded replies in order (the same performances scored by a second panel)."""
+
+    name = "replay"
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = list(texts)
+
+    def act(self, observations: list[Any]) -> list[str]:
+        out, self.texts = self.texts[: len(observations)], self.texts[len(observations) :]
+        return out
+
+
+def evaluate(trainer: SpyRLTrainer, panel: Any, args: argparse.Namespace) -> dict[str, list[dict]]:
+    """Per-game results of the trainer's current model: as the spy (heuristic detectors, then the base
+    model's panel on the same performances) and as a civilian voter (heuristic performers)."""
+    trainer.model.eval()
+    greedy = learner_policy(trainer.config, trainer.unwrapped, trainer.tokenizer, greedy=True)
+    spy = run_bench("spy", greedy, limit=args.spy_games)["results"]["spy-v1"]["items"]
+    replay = Replay([item["completion"] for item in spy])
+    panel_items = run_bench("spy", replay, limit=args.spy_games, detector=panel)["results"]["spy-v1"]["items"]
+    config = trainer.config.with_overrides(["performer=heuristic", "voter=self"])
+    seats = [seat_policy(config, greedy)] * trainer.game_config.n_players
+    detect = evaluate_heldout(seats, trainer.game_config, trainer.eval_documents, args.detect_games, seed=args.seed)
+    return {"spy": spy, "panel": panel_items, "detect": detect[1]}
+
+
+def summary(result: dict[str, list[dict]], base: dict[str, list[dict]] | None = None) -> dict[str, Any]:
+    """Means with intervals, and trained − base paired on the same games when ``base`` is given."""
+    out: dict[str, Any] = {}
+    for part, metrics in (("spy", SPY), ("panel", PANEL), ("detect", DETECT)):
+        games = result[part]
+        shown = summarize(games) if part == "detect" else {}
+        out[part] = {}
+        for m in metrics:
+            interval = shown.get(m) or _mean(games, m)
+            out[part][m] = interval.to_dict()
+            if base is not None:
+                out[part][m]["difference"] = paired_difference(games, base[part], m).to_dict()
+    return out
+
+
+def _mean(games: list[dict], metric: str) -> Any:
+    return bootstrap([g[metric] for g in games])
+
+
+def run_row(name: str, args: argparse.Namespace, base: dict[str, Any] | None) -> tuple[dict, dict]:
+    """Train one row; evaluate the base model first (once for all rows, on the same games)."""
+    config = row_config(name, args)
+    start = time.perf_counter()
+    trainer = SpyRLTrainer(config)
+    panel_model = copy.deepcopy(trainer.unwrapped).eval()  # the base model's votes: a fixed panel
+    panel = learner_policy(config, panel_model, trainer.tokenizer, greedy=True)
+    if base is None:
+        base = {"games": evaluate(trainer, panel, args), "minutes": (time.perf_counter() - start) / 60}
+        logging.info("base: %s", _line(summary(base["games"])))
+    start = time.perf_counter()
+    history = []
+    for _ in range(config.iterations):
+        metrics = trainer.train_iteration()
+        history.append({k: v for k, v in metrics.items() if isinstance(v, (int, float, str))})
+        history[-1]["minutes"] = (time.perf_counter() - start) / 60
+        logging.info(
+            "[%s] iteration %d (%s): acc %.3f, spy perform reward %.3f, grad norm %.2f",
+            name, trainer.iteration, metrics["stage"], metrics["env/detection_accuracy"],
+            metrics.get("env/reward/spy_perform", float("nan")), metrics.get("losses/grad_norm", float("nan")),
+        )  # fmt: skip
+    train_minutes = (time.perf_counter() - start) / 60
+    final = evaluate(trainer, panel, args)
+    row = {
+        "row": name,
+        "overrides": ROWS[name],
+        "config": config.to_dict(),
+        "heldout_documents": [d.id for d in trainer.eval_documents],
+        "train_minutes": train_minutes,
+        "minutes": (time.perf_counter() - start) / 60,
+        "controller": trainer.controller.state_dict(),
+        "rae": trainer.rae.state_dict(),
+        "trained": summary(final, base["games"]),
+        "per_game": final,
+        "training": history,
+    }
+    logging.info("[%s] trained: %s", name, _line(row["trained"]))
+    return row, base
+
+
+def _line(result: dict[str, Any]) -> str:
+    parts = []
+    for part, metric in (
+        ("spy", "survival_rate"),
+        ("panel", "expected_votes_against_share"),
+        ("detect", "expected_accuracy"),
+    ):
+        entry = result[part][metric]
+        d = entry.get("difference")
+        gain = f" ({d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}])" if d else ""
+        parts.append(f"{part} {metric} {entry['mean']:.3f}{gain}")
+    return "; ".join(parts)
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    """Training curves against wall-clock minutes, and each evaluation's gain over the base model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for row in results["rows"]:
+        minutes = [h["minutes"] for h in row["training"]]
+        spy = [h.get("env/reward/spy_perform", float("nan")) for h in row["training"]]
+        acc = [h.get("env/detection_accuracy", float("nan")) for h in row["training"]]
+        axes[0].plot(minutes, spy, marker="o", label=row["row"])
+        axes[1].plot(minutes, acc, marker="o", label=row["row"])
+    axes[0].set_title("training games: the spy's performing reward")
+    axes[1].set_title("training games: detection accuracy (sampled votes)")
+    axes[1].axhline(0.25, color="grey", linestyle=":", linewidth=1, label="chance (5 players)")
+    for ax in axes[:2]:
+        ax.set_xlabel("wall-clock minutes of training")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    shown = [("spy", "survival_rate"), ("panel", "expected_votes_against_share"), ("detect", "expected_accuracy")]
+    width = 0.8 / max(len(results["rows"]), 1)
+    for k, row in enumerate(results["rows"]):
+        diffs = [row["trained"][part][metric]["difference"] for part, metric in shown]
+        xs = [i + k * width for i in range(len(shown))]
+        axes[2].bar(xs, [d["mean"] for d in diffs], width, label=row["row"],
+                    yerr=[[d["mean"] - d["low"] for d in diffs], [d["high"] - d["mean"] for d in diffs]])  # fmt: skip
+    axes[2].axhline(0, color="black", linewidth=0.8)
+    axes[2].set_xticks([i + width * (len(results["rows"]) - 1) / 2 for i in range(len(shown))])
+    axes[2].set_xticklabels(["spy-v1 survival", "base panel's votes on the spy", "held-out detection"])
+    axes[2].set_title("trained − base, paired 95% interval")
+    axes[2].legend()
+    fig.suptitle("SmolLM2-135M-Instruct, self-play on the default game (5 players, mask_spans) on CPU")
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", default="runs/selfplay", help="folder for selfplay_stages.json and .png")
+    p.add_argument("--runs", default=None, help="folder of the training runs (default: OUT/runs)")
+    p.add_argument("--rows", default="selfplay,detect-only,perform-reference", help=f"comma-separated: {list(ROWS)}")
+    p.add_argument("--iterations", type=int, default=None, help="training iterations of every row (default 12)")
+    p.add_argument("--spy-games", type=int, default=None, help="first games of spy-v1 (default 32)")
+    p.add_argument("--detect-games", type=int, default=None, help="held-out detection games (default 32)")
+    p.add_argument("--seed", type=int, default=12345, help="seed of the held-out detection games")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="SpyRLConfig override")
+    p.add_argument("--quick", action="store_true", help="a few-minute run of the same pipeline")
+    p.add_argument("--overwrite", action="store_true", help="replace earlier results")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    defaults = {"iterations": 2, "spy_games": 2, "detect_games": 2} if args.quick else {}
+    for name, value in {"iterations": 12, "spy_games": 32, "detect_games": 32, **defaults}.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+    out = Path(args.out)
+    args.runs = args.runs or str(out / "runs")
+    try:  # before the training, not after
+        if not rows or set(rows) - set(ROWS):
+            raise ValueError(f"--rows must name rows among {list(ROWS)}, got {args.rows!r}")
+        for name in ("iterations", "spy_games", "detect_games"):
+            if getattr(args, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+        for name in rows:
+            row_config(name, args)
+        require([PLOTS])
+        refuse_existing_outputs([out / "selfplay_stages.json", out / "selfplay_stages.png"], overwrite=args.overwrite)
+    except (ImportError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    start = time.perf_counter()
+    command = "python experiments/selfplay_stages.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    results: dict[str, Any] = {"command": command, "rows": []}
+    base = None
+    for name in rows:
+        row, base = run_row(name, args, base)
+        results["rows"].append(row)
+    results["base"] = {"minutes": base["minutes"], **summary(base["games"]), "per_game": base["games"]}
+    results["minutes"] = (time.perf_counter() - start) / 60
+    write_text(out / "selfplay_stages.json", json.dumps(results, indent=1, default=float) + "\n")
+    plot(results, out / "selfplay_stages.png")
+    print(f"base: {_line(summary(base['games']))}")
+    for row in results["rows"]:
+        print(f"{row['row']} ({row['train_minutes']:.1f} min of training): {_line(row['trained'])}")
+    print(f"wrote {out / 'selfplay_stages.json'} and {out / 'selfplay_stages.png'} in {results['minutes']:.1f} min")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
