@@ -61,6 +61,10 @@ BASE = {
     "max_completion_tokens": 128,
     "k_min": 2,
     "start_stage": "perform",
+    # the library's defaults, not the preset's pins for its detection experiments: RAE seeded with each
+    # role's first batch mean (no cold start), penalties on the offender's own advantage
+    "rae_init": "first_batch",
+    "penalty_advantage": "own",
     "keep_buffers": False,
     "progress": False,
     "checkpoint_every": 1000,
