@@ -212,7 +212,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
                     yerr=[[d["mean"] - d["low"] for d in diffs], [d["high"] - d["mean"] for d in diffs]])  # fmt: skip
     axes[2].axhline(0, color="black", linewidth=0.8)
     axes[2].set_xticks([i + width * (len(results["rows"]) - 1) / 2 for i in range(len(shown))])
-    axes[2].set_xticklabels(["spy-v1 survival", "base panel's votes on the spy", "held-out detection"])
+    axes[2].set_xticklabels(["spy-v1\nsurvival", "base panel's\nvotes on the spy", "held-out\ndetection"])
     axes[2].set_title("trained − base, paired 95% interval")
     axes[2].legend()
     fig.suptitle("SmolLM2-135M-Instruct, self-play on the default game (5 players, mask_spans) on CPU")
