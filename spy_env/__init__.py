@@ -14,7 +14,7 @@ import warnings
 import spy_env.task_corpora  # noqa: F401  (registers govreport and writingprompts as corpus sources)
 from spy_env.config import GameConfig
 from spy_env.corpus import CorpusFilter, Document, load_corpus
-from spy_env.env import GameHost, SpyGame, env, make, parallel_env, raw_env
+from spy_env.env import GameHost, env, make, parallel_env, raw_env
 from spy_env.game import Game, RoundResult
 from spy_env.stage import Stage
 
@@ -30,7 +30,6 @@ __all__ = [
     "GameConfig",
     "GameHost",
     "RoundResult",
-    "SpyGame",
     "Stage",
     "env",
     "load_corpus",

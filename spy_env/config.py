@@ -6,7 +6,6 @@ import contextlib
 import math
 import os
 import reprlib
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -43,35 +42,6 @@ _TYPE_CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
 
 _SHOWN = reprlib.Repr()
 _SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 3, 200, 200
-
-
-# Old field names kept for one release: a value given under one moves to the new name, with a warning.
-GAME_DEPRECATED_ALIASES = {"beta": "vote_gap_weight"}
-
-
-def resolve_deprecated(config: Any, aliases: Mapping[str, str]) -> None:
-    """Move each deprecated alias's value (when one was given) to its new field, with a
-    ``DeprecationWarning``; the alias then reads ``None``. Aliases live for one release.
-
-    Giving both names with different values is a ``ValueError`` naming both.
-    """
-    defaults = {f.name: f.default for f in fields(config)}
-    for old, new in aliases.items():
-        value = getattr(config, old)
-        if value is None:
-            continue
-        name = type(config).__name__
-        warnings.warn(
-            f"{name}.{old} is deprecated and will be removed in the next release; use {name}.{new}",
-            DeprecationWarning,
-            stacklevel=4,
-        )
-        if getattr(config, new) not in (defaults[new], value):
-            raise ValueError(
-                f"{name}.{old} (deprecated) and {name}.{new} disagree: {value!r} vs {getattr(config, new)!r}"
-            )
-        object.__setattr__(config, new, value)  # the configs may be frozen
-        object.__setattr__(config, old, None)
 
 
 def shown(value: Any) -> str:
@@ -178,14 +148,11 @@ class GameConfig:
     prompts: Mapping[str, str] = field(
         default_factory=dict, metadata={"help": "Template overrides: keys system, perform, vote."}
     )
-    # --------------------------------------- deprecated aliases (GAME_DEPRECATED_ALIASES), one release
-    beta: float | None = field(default=None, metadata={"help": "Deprecated: use vote_gap_weight."})
 
     def __post_init__(self) -> None:
         def bad(name: str, allowed: str) -> ValueError:
             return ValueError(f"GameConfig.{name} must be {allowed}, got {shown(getattr(self, name))}")
 
-        resolve_deprecated(self, GAME_DEPRECATED_ALIASES)
         check_types(self)
         if self.task not in TASKS:
             raise bad("task", f"one of {sorted(TASKS)}")

@@ -82,7 +82,7 @@ from spy_env.transcript import transcript
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GameHost", "SpyGame", "env", "make", "parallel_env", "raw_env"]
+__all__ = ["GameHost", "env", "make", "parallel_env", "raw_env"]
 
 _RENDER_MODES = ("ansi", "human")
 _OPTION_KEYS = ("document_index", "document_id", "spy_seat", "degrade_seed")
@@ -371,9 +371,6 @@ class GameHost:
 
         Console().print(text)
         return None
-
-
-SpyGame = GameHost  # the former name (it never was the game: that is spy_env.game.Game); kept one release
 
 
 class _SpyEnvBase:

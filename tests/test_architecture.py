@@ -159,22 +159,18 @@ def test_no_import_circle_among_package_modules():
 
 def test_no_config_field_is_held_by_two_configs():
     """One owner per setting: a field in both GameConfig and SpyRLConfig means one copy silently wins
-    (``train_spy_vote`` did) or one name means two things (``beta`` did). The only exceptions are the
-    old names kept one release as deprecated aliases, each listed in its config's alias table."""
+    (``train_spy_vote`` did) or one name means two things (``beta`` did). Nothing has been released,
+    so no field is kept as a deprecated alias either."""
     from dataclasses import fields
 
-    from spy_env.config import GAME_DEPRECATED_ALIASES, GameConfig
-    from trainers.config import DEPRECATED_ALIASES, SpyRLConfig
+    from spy_env.config import GameConfig
+    from trainers.config import SpyRLConfig
 
-    game = {f.name for f in fields(GameConfig)} - set(GAME_DEPRECATED_ALIASES)
-    trainer = {f.name for f in fields(SpyRLConfig)} - set(DEPRECATED_ALIASES) - {"train_spy_vote"}
+    game = {f.name for f in fields(GameConfig)}
+    trainer = {f.name for f in fields(SpyRLConfig)}
     assert game & trainer == set()
-    # the aliases left out above are deprecated, nothing else: each reads None once resolved
-    assert {f.name for f in fields(SpyRLConfig) if f.default is None and "Deprecated" in f.metadata["help"]} == {
-        *DEPRECATED_ALIASES,
-        "train_spy_vote",
-    }
-    assert {f.name for f in fields(GameConfig) if "Deprecated" in f.metadata["help"]} == set(GAME_DEPRECATED_ALIASES)
+    helps = {f"{c.__name__}.{f.name}": f.metadata["help"] for c in (GameConfig, SpyRLConfig) for f in fields(c)}
+    assert [name for name, text in helps.items() if "deprecated" in text.lower()] == []
 
 
 MAX_PARAMETERS = 8

@@ -138,10 +138,11 @@ def test_trainer_paper_regime_with_decoding_programs_matches_the_fixture(tmp_pat
     """The paper's loss regime with think-then-vote, abstention and forced boxed answers."""
     rows = _train(
         tmp_path, "paper", iterations=2, k_min=1, stage_schedule="alternate", vote_mode="think-then-vote",
-        think_tokens=6, vote_abstain=True, answer="boxed", answer_tokens=4, loss_type="dapo",
+        think_tokens=6, abstain=True, answer="boxed", answer_tokens=4, loss_type="dapo",
         kl_estimator="low_var_kl", rae_init="first_batch", penalty_advantage="own", mini_batch_unit="documents",
-        mini_batch_size=4, stage_ema=0.5, train_spy_vote=True, spy_vote_in_group=True,
-        game={"n_players": 4, "max_document_chars": 800, "allow_self_vote": True, "mask_placeholder": ""},
+        mini_batch_size=4, stage_ema=0.5, spy_vote_in_group=True,
+        game={"n_players": 4, "max_document_chars": 800, "allow_self_vote": True, "mask_placeholder": "",
+              "train_spy_vote": True},
     )  # fmt: skip
     check("train_paper", lines(rows))
 

@@ -24,20 +24,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from spy_env.config import coerce_floats, resolve_deprecated
+from spy_env.config import coerce_floats
 from trainers.presets import PRESETS
 from trainers.validation import KL_ESTIMATORS, LOSS_TYPES, SCHEDULES, validate
 
-__all__ = ["CHARS_PER_TOKEN", "DEPRECATED_ALIASES", "SpyRLConfig"]
+__all__ = ["CHARS_PER_TOKEN", "SpyRLConfig"]
 
-# Old field names kept for one release: a value given under one moves to the new name, with a warning.
-DEPRECATED_ALIASES = {"vote_abstain": "abstain"}
 CHARS_PER_TOKEN = 8  # above the characters of almost any BPE token of text (~4 on average)
 CHAR_LIMITS = {"max_vote_chars": 4_000, "max_performance_chars": 8_000}  # GameConfig's defaults
 
@@ -221,35 +218,9 @@ class SpyRLConfig:
     eval_every: int = _f(10, "Iterations between held-out evaluations.")
     report_to: list = _f(["jsonl"], "Metric sinks: jsonl, console, wandb, trackio, tensorboard.")  # noqa: RUF009
     progress: bool = _f(True, "Rich progress display.")
-    # ------------------------------------------- deprecated aliases (DEPRECATED_ALIASES), one release
-    vote_abstain: bool | None = _f(None, "Deprecated: use abstain.")
-    train_spy_vote: bool | None = _f(None, "Deprecated: use game.train_spy_vote (the game's config owns it).")
 
     def __post_init__(self) -> None:
-        resolve_deprecated(self, DEPRECATED_ALIASES)
-        self._move_train_spy_vote_to_the_game()
-        validate(self)
-
-    def _move_train_spy_vote_to_the_game(self) -> None:
-        """The deprecated top-level ``train_spy_vote`` becomes ``game.train_spy_vote`` (one release)."""
-        if self.train_spy_vote is None:
-            return
-        warnings.warn(
-            "SpyRLConfig.train_spy_vote is deprecated and will be removed in the next release; "
-            "use game.train_spy_vote (GameConfig.train_spy_vote)",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        game = dict(self.game) if isinstance(self.game, Mapping) else self.game
-        if isinstance(game, dict) and game.setdefault("train_spy_vote", self.train_spy_vote) != self.train_spy_vote:
-            raise ValueError(
-                f"SpyRLConfig.train_spy_vote (deprecated) and game.train_spy_vote disagree: "
-                f"{self.train_spy_vote!r} vs {game['train_spy_vote']!r}"
-            )
-        self.game, self.train_spy_vote = (
-            game,
-            None,
-        )  # raises ValueError naming the first bad field (trainers.validation)
+        validate(self)  # raises ValueError naming the first bad field (trainers.validation)
 
     # ------------------------------------------------------------- helpers
     @property

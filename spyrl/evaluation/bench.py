@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from spy_env.config import GAME_DEPRECATED_ALIASES, GameConfig
+from spy_env.config import GameConfig
 from spy_env.corpus import HELDOUT_SALT, CorpusFilter, Document, load_corpus, split_documents
 from spy_env.env import parallel_env
 from spy_env.heldout import Interval, bootstrap
@@ -189,7 +189,7 @@ _FROM_V1 = {v1: name for name, v1 in _V1_NAMES.items()}
 
 def _set_payload(kind: str, config: GameConfig, games: list[dict[str, Any]], *, seed: int) -> dict[str, Any]:
     """A set's JSON object: what it is, how it was built, and its games."""
-    skipped = {"corpus", "max_documents", *GAME_DEPRECATED_ALIASES}
+    skipped = {"corpus", "max_documents"}
     game_fields = {_V1_NAMES.get(k, k): v for k, v in config.to_dict().items() if k not in skipped}
     return {
         "name": kind,
