@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Action", "Observation", "Policy", "RolloutPolicy", "chat_messages"]
+__all__ = ["Action", "Observation", "Policy", "RolloutPolicy", "chat_messages", "policy_name"]
 
 Observation = Mapping[str, Any]
 
@@ -204,6 +204,12 @@ class RolloutPolicy(Policy, Protocol):
         """Make generation use the trainer's current weights (after an update, or after a resume loaded
         a checkpoint); a no-op for a policy that generates with the trained model itself."""
         ...
+
+
+def policy_name(policy: object) -> str:
+    """A policy's declared ``name`` (the :class:`Policy` protocol); its class name when it declares
+    none, as a plain object with an ``act`` in a notebook may not. The one place a name is looked up."""
+    return str(policy.name) if isinstance(policy, Policy) else type(policy).__name__
 
 
 def chat_messages(observation: Observation) -> list[dict[str, str]]:

@@ -33,7 +33,7 @@ from spy_env.corpus import game_documents
 from spy_env.display import terminal_safe
 from spy_env.env import GameHost
 from spy_env.game import Game
-from spy_env.policy import Action, Policy, chat_messages
+from spy_env.policy import Action, Policy, chat_messages, policy_name
 from spy_env.rewards import weighted_reward
 from spy_env.stage import Stage
 
@@ -185,7 +185,7 @@ class Runner:
                 self._warned.add(id(policy))
                 logger.warning(
                     "agent %s forfeited %d of %d actions (%s); later failures are counted in the buffer's 'error'",
-                    terminal_safe(getattr(policy, "name", type(policy).__name__)),
+                    terminal_safe(policy_name(policy)),
                     len(failed),
                     len(batch),
                     safe_reason(failed[0].error),
@@ -232,7 +232,7 @@ class Runner:
             "stage": stage,
             "seat": seat,
             "agent": agent,
-            "agent_name": getattr(slot.policies[seat], "name", type(slot.policies[seat]).__name__),
+            "agent_name": policy_name(slot.policies[seat]),
             "policy_version": version,
             "prompt": chat_messages(slot.observations[agent]),
             "completion": action.text,
@@ -291,7 +291,7 @@ def _call(policy: Policy, observations: list[Any]) -> list[Action]:
     except Exception as e:  # a policy bug or a dead backend must not kill every game
         logger.warning(
             "policy %s failed on a batch of %d: %r",
-            getattr(policy, "name", policy),
+            terminal_safe(policy_name(policy)),
             len(observations),
             e,
         )

@@ -3,9 +3,12 @@
 - ``spy_env`` imports none of ``agents``, ``trainers``, ``spyrl``; ``agents`` imports neither
   ``trainers`` nor ``spyrl``; ``trainers`` does not import ``spyrl``.
 - No function outside tests is longer than 60 lines; no module in ``trainers/`` over 400 lines.
-- Stages are compared through ``spy_env.Stage`` (no bare 0/1), and policies are not probed with
-  ``hasattr`` (they declare ``spy_env.policy.RolloutPolicy``).
-- Every file path docs/ARCHITECTURE.md names exists.
+- Stages are compared through ``spy_env.Stage`` (no bare 0/1), and policies, engines, trainers and
+  their kin are not probed with ``getattr``/``hasattr`` (they declare ``spy_env.policy.Policy`` or
+  ``RolloutPolicy``; a name is read with ``spy_env.policy.policy_name``).
+- Every file path docs/ARCHITECTURE.md names exists, and no code comment or doc cites a file the
+  repository does not contain (a note kept outside it, a ``../`` path that leaves the repository, a
+  section sign after the name of a document the repository lacks).
 """
 
 from __future__ import annotations
@@ -66,7 +69,9 @@ def test_no_bare_stage_numbers_and_no_policy_probes():
     stage_literal = re.compile(
         r"""stage["']?\]?\)?\s*(==|!=)\s*[01]\b|\["stage"\]\s*(==|!=)\s*["'](vote|perform|detect)"""
     )
-    probe = re.compile(r"hasattr\((self\.)?(policy|engine|learner|performer|voter)\b")
+    probe = re.compile(
+        r"(get|has)attr\((self\.|trainer\.)?(policy|policies|engine|learner|performer|voter|detector|trainer)\b"
+    )
     found = [
         f"{path.relative_to(ROOT)}:{i}: {line.strip()}"
         for path in CODE
@@ -74,6 +79,77 @@ def test_no_bare_stage_numbers_and_no_policy_probes():
         if stage_literal.search(line) or probe.search(line)
     ]
     assert found == []
+
+
+CITED_PATH = re.compile(r"(?<![\w/.-])((?:\.\./)*[\w-]+(?:/[\w.-]+)*\.(?:md|py|yaml|yml|toml|json|txt))\b")
+CITED_SECTION = re.compile(r"\b([A-Z][A-Z_]+)(?:\.md)?\s+\u00a7")  # a document's name, then a section sign
+PLACEHOLDERS = {"FILE", "OUT", "PATH", "NAME", "DIR"}  # usage lines: ``tests/FILE.py``, ``--out OUT.md``
+OUTPUTS = ("runs/",)  # what commands write (git-ignored), named in docs as their output
+MD_LINK_TEXT = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")  # a link's text may shorten its target: keep the target
+DOCS = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]
+
+
+def _repository_files() -> set[Path]:
+    skip = {".git", ".venv", "__pycache__", "runs"}
+    return {
+        p.relative_to(ROOT)
+        for p in ROOT.rglob("*")
+        if p.is_file() and not skip & set(p.relative_to(ROOT).parts) and not p.parts[-2].endswith(".egg-info")
+    }
+
+
+def _comments_and_docstrings(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of a module's ``#`` comments and its docstrings."""
+    source = path.read_text(encoding="utf-8")
+    out = [(i, line.split("#", 1)[1]) for i, line in enumerate(source.splitlines(), 1) if "#" in line]
+    for node in ast.walk(ast.parse(source)):
+        documented = isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        if documented and (doc := ast.get_docstring(node, clean=False)) is not None:
+            out.append((getattr(node, "lineno", 1), doc))
+    return out
+
+
+def _missing_citations(text: str, where: Path, files: set[Path]) -> list[str]:
+    """Files ``text`` (in the file ``where``) cites that the repository lacks: a path is looked up
+    from the repository's root and from ``where``'s folder, a bare document name anywhere in it."""
+    names = {p.name for p in files}
+    found = []
+    for cited in CITED_PATH.findall(text):
+        if cited.startswith(OUTPUTS) or PLACEHOLDERS & set(re.split(r"[/.]", cited)):
+            continue
+        local = (ROOT / where.parent / cited).resolve()
+        inside = local.is_relative_to(ROOT) and local.relative_to(ROOT) in files
+        path_missing = "/" in cited and not inside and Path(cited) not in files
+        if path_missing or ("/" not in cited and cited.endswith(".md") and cited not in names):
+            found.append(cited)
+    found += [f"{doc} \u00a7" for doc in CITED_SECTION.findall(text) if f"{doc}.md" not in names]
+    return found
+
+
+def test_code_comments_and_docs_cite_only_files_of_the_repository():
+    """The repository stands alone: what a note outside it says that the code relies on lives in ``docs/``."""
+    files = _repository_files()
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {cited}"
+        for path in [*CODE, *sorted((ROOT / "tests").rglob("*.py"))]
+        for line, text in _comments_and_docstrings(path)
+        for cited in _missing_citations(text, path.relative_to(ROOT), files)
+    ]
+    found += [
+        f"{path.relative_to(ROOT)}: {cited}"
+        for path in DOCS
+        for cited in _missing_citations(
+            MD_LINK_TEXT.sub(r"\1", path.read_text(encoding="utf-8")), path.relative_to(ROOT), files
+        )
+    ]
+    assert found == []
+    # and the check can fail: a note outside the repository, a section of one, a path leaving it
+    outside = "see DESIGN \u00a74 and ../shared/notes.md, docs/NOPE.md; runs/x.json is an output"
+    assert _missing_citations(outside, Path("spy_env/game.py"), files) == [
+        "../shared/notes.md",
+        "docs/NOPE.md",
+        "DESIGN \u00a7",
+    ]
 
 
 def test_architecture_doc_names_only_real_files():

@@ -74,7 +74,7 @@ def same(got: Any, want: Any) -> bool:
     if isinstance(got, dict) and isinstance(want, dict):
         return got.keys() == want.keys() and all(same(got[k], want[k]) for k in got)
     if isinstance(got, list) and isinstance(want, list):
-        return len(got) == len(want) and all(same(a, b) for a, b in zip(got, want))
+        return len(got) == len(want) and all(same(a, b) for a, b in zip(got, want, strict=True))
     if isinstance(got, str) and isinstance(want, str) and HEX_FLOAT.fullmatch(got) and HEX_FLOAT.fullmatch(want):
         return math.isclose(float.fromhex(got), float.fromhex(want), rel_tol=FLOAT_RTOL, abs_tol=1e-12)
     return got == want
@@ -87,7 +87,7 @@ def check(name: str, text: str) -> None:
         path.write_text(text)
     expected = path.read_text()
     got, want = text.splitlines(), expected.splitlines()
-    if len(got) != len(want) or not all(same(json.loads(a), json.loads(b)) for a, b in zip(got, want)):
+    if len(got) != len(want) or not all(same(json.loads(a), json.loads(b)) for a, b in zip(got, want, strict=True)):
         first = next(
             (i for i, (a, b) in enumerate(zip(got, want, strict=False)) if not same(json.loads(a), json.loads(b))),
             min(len(got), len(want)),

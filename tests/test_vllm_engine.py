@@ -154,6 +154,7 @@ class SeparateWeightsEngine:
         self.model = model  # the trained model, as TRL's class holds it
         self.copy = copy.deepcopy(model).eval()
         self.max_completion_length = config.max_completion_tokens
+        self.max_model_length = None  # as VLLMGeneration holds it: None leaves the limit to vLLM
         self.structured_outputs_regex = None
         self.generator = HFPolicy(
             self.copy,

@@ -76,7 +76,7 @@ from trainers.samples import (
 from trainers.seeds import SeedStream, seed_for
 from trainers.sinks import MetricSinks
 from trainers.update import TrainingSamples, UpdateTotals, micro_step, mini_batch_size
-from trainers.votes import ForwardVotes, one_update, retained_update
+from trainers.votes import ForwardVotes, one_update, release_retained, retained_update
 
 __all__ = ["SpyRLTrainer"]
 
@@ -330,7 +330,7 @@ class SpyRLTrainer:
         start = time.perf_counter()
         update_metrics = self.update(rows, stage) if rows else {"losses/optimizer_steps": 0, "perf/update_tokens": 0}
         update_seconds = time.perf_counter() - start
-        getattr(self.policy, "retained", {}).clear()  # forward_votes: the rollout's graphs are spent
+        release_retained(self.policy)  # forward_votes: the rollout's graphs are spent
         self.scheduler.step()
         self.iteration += 1
         self.policy.sync()  # a separate engine (vLLM) needs the new weights

@@ -101,7 +101,7 @@ class VLLMRolloutPolicy:
         # vLLM rejects a whole batch if one prompt leaves no room in its context window; such a
         # prompt is sent as a one-token stand-in (batch sizes must not change: see below) and its
         # seat forfeits, counted in ``stats["too_long"]``
-        limit = getattr(self.engine, "max_model_length", None)
+        limit = self.engine.max_model_length  # VLLMGeneration holds it (None: vLLM decides)
         too_long = {i for i, p in enumerate(prompts) if limit is not None and len(p) >= limit}
         sent = [p[:1] if i in too_long else p for i, p in enumerate(prompts)]
         self.engine.structured_outputs_regex = self.regex(observations)

@@ -31,7 +31,7 @@ from spy_env.policy import Action, Observation
 from trainers.loss import LossConfig, LossScale, loss_items
 from trainers.update import UpdateTotals, micro_loss
 
-__all__ = ["ForwardVotes", "one_update", "retained_logps", "retained_update"]
+__all__ = ["ForwardVotes", "one_update", "release_retained", "retained_logps", "retained_update"]
 
 
 class ForwardVotes:
@@ -199,6 +199,12 @@ def retained_logps(
         at = torch.zeros(width, device=logq.device).index_fill(0, torch.tensor([choice.step], device=logq.device), 1.0)
         logps[k] = at * logq[choice.taken]
     return logps, mask, found  # type: ignore[return-value]
+
+
+def release_retained(policy: object) -> None:
+    """Drop the graphs a :class:`ForwardVotes` rollout kept: once the iteration's update ran, they are spent."""
+    if isinstance(policy, ForwardVotes):
+        policy.retained.clear()
 
 
 def one_update(config: Any, distributed: bool) -> bool:

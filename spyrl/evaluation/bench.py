@@ -41,7 +41,7 @@ from spy_env.corpus import HELDOUT_SALT, CorpusFilter, Document, load_corpus, sp
 from spy_env.env import parallel_env
 from spy_env.heldout import Interval, bootstrap
 from spy_env.io import parse_json, write_text
-from spy_env.policy import Action, Policy
+from spy_env.policy import Action, Policy, policy_name
 from spy_env.runner import _call as call_policy
 from spy_env.runner import safe_reason
 
@@ -420,7 +420,7 @@ def run_bench(
     metrics: dict[str, Interval] = {m: bootstrap([item[m] for item in items]) for m in names}
     headline = metrics[METRICS[kind][0]]
     return {
-        "model": model or getattr(policy, "name", type(policy).__name__),
+        "model": model or policy_name(policy),
         "decoding": dict(decoding or {}),
         "protocol": {
             "bench": bench.name,
@@ -428,7 +428,7 @@ def run_bench(
             "set_sha256": bench.sha256,
             "interval": "bootstrap percentile 95% over games (2000 resamples, seed 0)",
             "description": _DESCRIPTIONS[kind],
-            **({"detector": getattr(detector, "name", type(detector).__name__)} if detector is not None else {}),
+            **({"detector": policy_name(detector)} if detector is not None else {}),
         },
         "seed": seed,
         "limit": limit,

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from spy_env.io import save_figure, write_text
-from spy_env.policy import Action
+from spy_env.policy import Action, policy_name
 from spy_env.runner import _call as call_policy
 from spy_env.runner import safe_reason
 from spyrl.evaluation.benchmarks import (
@@ -60,8 +60,8 @@ def evaluate(
     paths = dict(paths or {})
     scorer = Scorer()
     out: dict[str, Any] = {
-        "model": getattr(policy, "name", type(policy).__name__),  # a caller may record its own name and
-        "decoding": dict(getattr(getattr(policy, "sampling", None), "__dict__", {}) or {}),  # settings
+        "model": policy_name(policy),  # a caller may record its own name
+        "decoding": {},  # and the settings it sampled with (``spyrl eval`` records its flags)
         "protocol": {"math_suffix": MATH_SUFFIX, "mc_suffix": MC_SUFFIX, "scoring": "math-verify, gold first"},
         "seed": seed,
         "limit": limit,

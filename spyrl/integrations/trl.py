@@ -130,6 +130,7 @@ class _Reward:
 
     def __init__(self, config: GameConfig | None, name: str) -> None:
         self.config = config or GameConfig()
+        self._detectors: Any = None  # the performing reward's fixed detectors (GameReward)
         self.__name__ = name  # TRL names the logged reward column after it
 
     def _rows(self, n: int, columns: dict[str, Any]) -> list[dict[str, Any]]:
@@ -146,7 +147,7 @@ class _Reward:
         rows = self._rows(len(completions), columns)
         prefills = columns.get("prefill") or [""] * len(completions)  # the answer's start, given in the prompt
         texts = [(p or "") + completion_text(c) for p, c in zip(prefills, completions, strict=True)]
-        return replay_rewards(self.config, rows, texts, self.stage, getattr(self, "_detectors", None))
+        return replay_rewards(self.config, rows, texts, self.stage, self._detectors)
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **columns: Any) -> list[float]:
         details = self.details(completions, **columns)

@@ -107,7 +107,7 @@ class SelfPlayRollout:
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list]:
         gen = _Generator(trainer, self.temperature)
-        budget = int(getattr(trainer.args, "max_completion_length", None) or self.perform_tokens)
+        budget = int(trainer.args.max_completion_length or self.perform_tokens)  # a GRPOConfig field
         groups: dict[tuple[int, int, str], list[int]] = {}
         for i, prompt in enumerate(prompts):
             groups.setdefault(_parse(prompt, self.config.n_players), []).append(i)
