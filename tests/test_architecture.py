@@ -265,3 +265,16 @@ def test_no_function_takes_more_than_eight_parameters():
                     if len(names) > MAX_PARAMETERS:
                         wide.append(f"{path.relative_to(ROOT)}:{node.name}")
     assert wide == []
+
+
+def test_the_wheel_ships_every_package_and_nothing_else():
+    """pyproject names its packages one by one: a new subpackage is listed, and nothing ships by a glob."""
+    import tomllib
+
+    shipped = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]
+    tree = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for folder in (*PACKAGES, "spyrl_game")
+        for p in (ROOT / folder).rglob("__init__.py")
+    }
+    assert sorted(shipped) == sorted(tree)
