@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import agents
@@ -188,3 +189,49 @@ def test_bench_compare_pairs_each_file_with_the_first_on_the_same_games():
     assert gain.mean > 0  # the heuristic beats first-seat on these games, so the column has something to show
     assert rows["heuristic"].endswith(f"| {gain.mean:+.3f} [{gain.low:+.3f}, {gain.high:+.3f}] |")
     assert rows["first-seat"].endswith("| — |") and rows["heuristic-12"].endswith("| — |")
+
+
+class LowestSeat:
+    """A detector that votes for the lowest seat it may vote for, and says so with certainty."""
+
+    name = "lowest-seat"
+
+    def __init__(self):
+        self.calls: list[list[dict]] = []
+
+    def act(self, observations):
+        from spy_env.policy import Action
+
+        self.calls.append(list(observations))
+        picks = [int(np.flatnonzero(obs["vote_targets"])[0]) for obs in observations]
+        return [Action(text=f"<vote>{k + 1}</vote>", vote_distribution={str(k + 1): 1.0}) for k in picks]
+
+
+def test_a_detector_policy_casts_the_civilians_votes_of_a_spy_set():
+    """A panel in place of the fixed heuristic detectors: every civilian vote of every game in one batch,
+    its votes decide survival, and its stated probabilities give the expected share of votes on the spy."""
+    detector, limit = LowestSeat(), 12
+    result = run_bench("spy", agents.load("heuristic"), limit=limit, detector=detector)
+    spy = result["results"]["spy-v1"]
+    (call,) = detector.calls  # one batch: every civilian seat of every game
+    bench, _ = load_set("spy")
+    n = [len(g.performances) for g in bench.games[:limit]]
+    assert len(call) == sum(k - 1 for k in n) and all(obs["stage"] == 1 for obs in call)
+    assert result["protocol"]["detector"] == "lowest-seat"
+    for item, game, players in zip(spy["items"], bench.games[:limit], n, strict=True):
+        lowest = _lowest_seats(players, game.spy_seat)
+        assert item["votes"] == [f"<vote>{k}</vote>" for k in lowest]
+        share = sum(k - 1 == game.spy_seat for k in lowest) / len(lowest)
+        assert item["expected_votes_against_share"] == item["votes_against_share"] == share
+        assert item["survival_rate"] == float(game.spy_seat != 0)  # all but seat 0's voter pick seat 0
+    assert spy["metrics"]["expected_votes_against_share"]["n"] == limit
+    heuristic = run_bench("spy", agents.load("heuristic"), limit=limit)["results"]["spy-v1"]
+    assert "expected_votes_against_share" not in heuristic["metrics"]
+    assert [i["votes_against_share"] for i in heuristic["items"]] != [i["votes_against_share"] for i in spy["items"]]
+    with pytest.raises(ValueError, match="detect sets have none"):
+        run_bench("detect", agents.load("heuristic"), limit=2, detector=LowestSeat())
+
+
+def _lowest_seats(players: int, spy_seat: int) -> list[int]:
+    """Each civilian's vote (1-based) when it votes for the lowest seat other than its own."""
+    return [1 if voter != 0 else 2 for voter in range(players) if voter != spy_seat]

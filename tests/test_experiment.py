@@ -77,9 +77,44 @@ def test_quick_vote_gradient_experiment_trains_rows_on_the_same_games(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_experiment_rejects_unknown_rows(tmp_path):
+@pytest.mark.slow
+def test_quick_selfplay_experiment_alternates_stages_and_pairs_every_evaluation(tmp_path):
+    """experiments/selfplay_stages.py --quick: self-play alternates performing and detection, the
+    detection-only row never performs, the base model is evaluated once, and every evaluation (spy-v1
+    against heuristic detectors, the same performances before the base model's panel, held-out
+    detection) is paired with it game by game."""
+    _smollm2_or_skip()
+    out = tmp_path / "selfplay"
     proc = subprocess.run(
-        [sys.executable, "experiments/smollm2_selfplay.py", "--rows", "nope", "--out", str(tmp_path)],
+        [sys.executable, "experiments/selfplay_stages.py", "--quick", "--rows", "selfplay,detect-only",
+         "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((out / "selfplay_stages.json").read_text())
+    selfplay, detect_only = results["rows"]
+    assert [h["stage"] for h in selfplay["training"]] == ["perform", "detect"]
+    assert [h["stage"] for h in detect_only["training"]] == ["detect", "detect"]
+    assert selfplay["config"]["performer"] == selfplay["config"]["voter"] == "self"
+    base = results["base"]["per_game"]
+    for row in results["rows"]:
+        games = row["per_game"]
+        for part in ("spy", "panel", "detect"):
+            assert [g["game_seed"] for g in games[part]] == [g["game_seed"] for g in base[part]]
+        # the panel scores the very performances the heuristic detectors saw
+        assert [g["completion"] for g in games["panel"]] == [g["completion"] for g in games["spy"]]
+        assert all(0 <= g["expected_votes_against_share"] <= 1 for g in games["panel"])
+        assert {g["document_id"] for g in games["detect"]} <= set(row["heldout_documents"])
+        for part, metric in (("spy", "survival_rate"), ("panel", "expected_votes_against_share")):
+            assert row["trained"][part][metric]["difference"]["n"] == len(base[part]) == 2
+    assert (out / "selfplay_stages.png").read_bytes()[:4] == b"\x89PNG"
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("script", ["smollm2_selfplay.py", "selfplay_stages.py"])
+def test_experiment_rejects_unknown_rows(tmp_path, script):
+    proc = subprocess.run(
+        [sys.executable, f"experiments/{script}", "--rows", "nope", "--out", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 2 and proc.stderr.startswith("error:") and "Traceback" not in proc.stderr
