@@ -21,7 +21,8 @@ Evaluation, the base model once and every row's final model, each paired with th
   the *base* model's votes (greedy, constrained, one forward pass each) puts on the spy, as the
   expected share (its probability on the spy) and the greedy share;
 - **as a civilian**: detection (expected and greedy accuracy of constrained votes) on ``--detect-games``
-  held-out games of the training game with heuristic performers, as in ``vote_gradients.py``.
+  held-out games of the training game with heuristic performers, as in ``vote_gradients.py``, and on the
+  first ``--leaderboard-games`` games of the detect-v1 benchmark set (its leaderboard row, paired too).
 
 Training metrics per iteration (stage, rewards and advantages per role, RAE baselines, the controller's
 EMAs, seconds) are kept for the diagnosis. Writes ``selfplay_stages.json`` and ``selfplay_stages.png``
@@ -72,6 +73,7 @@ BASE = {
 SPY = ("survival_rate", "votes_against_share")
 PANEL = ("expected_votes_against_share", "votes_against_share")
 DETECT = ("expected_accuracy", "detection_accuracy")
+PARTS = (("spy", SPY), ("panel", PANEL), ("detect", DETECT), ("detect_v1", DETECT))
 
 
 def row_config(name: str, args: argparse.Namespace) -> SpyRLConfig:
@@ -106,13 +108,14 @@ def evaluate(trainer: SpyRLTrainer, panel: Any, args: argparse.Namespace) -> dic
     config = trainer.config.with_overrides(["performer=heuristic", "voter=self"])
     seats = [seat_policy(config, greedy)] * trainer.game_config.n_players
     detect = evaluate_heldout(seats, trainer.game_config, trainer.eval_documents, args.detect_games, seed=args.seed)
-    return {"spy": spy, "panel": panel_items, "detect": detect[1]}
+    detect_v1 = run_bench("detect", greedy, limit=args.leaderboard_games)["results"]["detect-v1"]["items"]
+    return {"spy": spy, "panel": panel_items, "detect": detect[1], "detect_v1": detect_v1}
 
 
 def summary(result: dict[str, list[dict]], base: dict[str, list[dict]] | None = None) -> dict[str, Any]:
     """Means with intervals, and trained − base paired on the same games when ``base`` is given."""
     out: dict[str, Any] = {}
-    for part, metrics in (("spy", SPY), ("panel", PANEL), ("detect", DETECT)):
+    for part, metrics in PARTS:
         games = result[part]
         shown = summarize(games) if part == "detect" else {}
         out[part] = {}
@@ -174,6 +177,7 @@ def _line(result: dict[str, Any]) -> str:
         ("spy", "survival_rate"),
         ("panel", "expected_votes_against_share"),
         ("detect", "expected_accuracy"),
+        ("detect_v1", "expected_accuracy"),
     ):
         entry = result[part][metric]
         d = entry.get("difference")
@@ -189,7 +193,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
     for row in results["rows"]:
         minutes = [h["minutes"] for h in row["training"]]
         spy = [h.get("env/reward/spy_perform", float("nan")) for h in row["training"]]
@@ -203,7 +207,12 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ax.set_xlabel("wall-clock minutes of training")
         ax.grid(alpha=0.3)
         ax.legend()
-    shown = [("spy", "survival_rate"), ("panel", "expected_votes_against_share"), ("detect", "expected_accuracy")]
+    shown = [
+        ("spy", "survival_rate"),
+        ("panel", "expected_votes_against_share"),
+        ("detect", "expected_accuracy"),
+        ("detect_v1", "expected_accuracy"),
+    ]
     width = 0.8 / max(len(results["rows"]), 1)
     for k, row in enumerate(results["rows"]):
         diffs = [row["trained"][part][metric]["difference"] for part, metric in shown]
@@ -212,7 +221,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
                     yerr=[[d["mean"] - d["low"] for d in diffs], [d["high"] - d["mean"] for d in diffs]])  # fmt: skip
     axes[2].axhline(0, color="black", linewidth=0.8)
     axes[2].set_xticks([i + width * (len(results["rows"]) - 1) / 2 for i in range(len(shown))])
-    axes[2].set_xticklabels(["spy-v1\nsurvival", "base panel's\nvotes on the spy", "held-out\ndetection"])
+    axes[2].set_xticklabels(
+        ["spy-v1\nsurvival", "base panel's\nvotes on the spy", "held-out\ndetection", "detect-v1\ndetection"]
+    )
     axes[2].set_title("trained − base, paired 95% interval")
     axes[2].legend()
     fig.suptitle("SmolLM2-135M-Instruct, self-play on the default game (5 players, mask_spans) on CPU")
@@ -229,6 +240,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--iterations", type=int, default=None, help="training iterations of every row (default 12)")
     p.add_argument("--spy-games", type=int, default=None, help="first games of spy-v1 (default 32)")
     p.add_argument("--detect-games", type=int, default=None, help="held-out detection games (default 32)")
+    p.add_argument("--leaderboard-games", type=int, default=None, help="first games of detect-v1 (default 48)")
     p.add_argument("--seed", type=int, default=12345, help="seed of the held-out detection games")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="SpyRLConfig override")
     p.add_argument("--quick", action="store_true", help="a few-minute run of the same pipeline")
@@ -238,8 +250,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    defaults = {"iterations": 2, "spy_games": 2, "detect_games": 2} if args.quick else {}
-    for name, value in {"iterations": 12, "spy_games": 32, "detect_games": 32, **defaults}.items():
+    defaults = {"iterations": 2, "spy_games": 2, "detect_games": 2, "leaderboard_games": 2} if args.quick else {}
+    full = {"iterations": 12, "spy_games": 32, "detect_games": 32, "leaderboard_games": 48}
+    for name, value in {**full, **defaults}.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
@@ -248,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # before the training, not after
         if not rows or set(rows) - set(ROWS):
             raise ValueError(f"--rows must name rows among {list(ROWS)}, got {args.rows!r}")
-        for name in ("iterations", "spy_games", "detect_games"):
+        for name in full:
             if getattr(args, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
         for name in rows:

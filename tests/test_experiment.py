@@ -82,7 +82,7 @@ def test_quick_selfplay_experiment_alternates_stages_and_pairs_every_evaluation(
     """experiments/selfplay_stages.py --quick: self-play alternates performing and detection, the
     detection-only row never performs, the base model is evaluated once, and every evaluation (spy-v1
     against heuristic detectors, the same performances before the base model's panel, held-out
-    detection) is paired with it game by game."""
+    detection, detect-v1's first games) is paired with it game by game."""
     _smollm2_or_skip()
     out = tmp_path / "selfplay"
     proc = subprocess.run(
@@ -99,13 +99,18 @@ def test_quick_selfplay_experiment_alternates_stages_and_pairs_every_evaluation(
     base = results["base"]["per_game"]
     for row in results["rows"]:
         games = row["per_game"]
-        for part in ("spy", "panel", "detect"):
+        for part in ("spy", "panel", "detect", "detect_v1"):
             assert [g["game_seed"] for g in games[part]] == [g["game_seed"] for g in base[part]]
         # the panel scores the very performances the heuristic detectors saw
         assert [g["completion"] for g in games["panel"]] == [g["completion"] for g in games["spy"]]
         assert all(0 <= g["expected_votes_against_share"] <= 1 for g in games["panel"])
         assert {g["document_id"] for g in games["detect"]} <= set(row["heldout_documents"])
-        for part, metric in (("spy", "survival_rate"), ("panel", "expected_votes_against_share")):
+        parts = (
+            ("spy", "survival_rate"),
+            ("panel", "expected_votes_against_share"),
+            ("detect_v1", "expected_accuracy"),
+        )
+        for part, metric in parts:
             assert row["trained"][part][metric]["difference"]["n"] == len(base[part]) == 2
     assert (out / "selfplay_stages.png").read_bytes()[:4] == b"\x89PNG"
     assert "Traceback" not in proc.stderr
