@@ -90,7 +90,7 @@ DOCS = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]
 
 
 def _repository_files() -> set[Path]:
-    skip = {".git", ".venv", "__pycache__", "runs"}
+    skip = {".git", ".venv", "__pycache__", "runs", "build", "dist"}
     return {
         p.relative_to(ROOT)
         for p in ROOT.rglob("*")

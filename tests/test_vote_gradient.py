@@ -311,3 +311,30 @@ def test_checkpointed_models_are_recognised(tiny_model_dir):
     assert not _checkpointed(model)
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     assert _checkpointed(model)
+
+
+def test_the_trainers_one_update_path_skips_its_own_forward_only_when_the_rollout_kept_the_graphs(
+    tmp_path, monkeypatch
+):
+    """One update path: ``SpyRLTrainer.update`` steps on the kept log-probs (no forward of its own) when a
+    forward-vote rollout kept them, and runs its own forward when it did not."""
+    import trainers.grpo
+    import trainers.update
+
+    config = SpyRLConfig.preset(
+        "cpu-smoke", output_dir=str(tmp_path), progress=False, keep_buffers=False, forward_votes=True,
+        updates_per_iteration=1, beta=0.0, stage_schedule="detect", detect_advantage_groups="batch",
+    )  # fmt: skip
+    trainer = SpyRLTrainer(config)
+    rows, _ = trainer.select_samples(trainer.rollouts(), Stage.VOTE)
+    forwards = []
+    for module in (trainers.update, trainers.grpo):
+        original = module.sequence_logps
+        monkeypatch.setattr(module, "sequence_logps", lambda *a, _f=original, **k: forwards.append(1) or _f(*a, **k))
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    before = [p.detach().clone() for p in params]
+    assert trainer.update(rows, Stage.VOTE)["losses/optimizer_steps"] == 1
+    assert forwards == [] and any(not torch.equal(a, p) for a, p in zip(before, params, strict=True))
+    trainer.policy.retained.clear()  # spent: the same samples now need a forward
+    assert trainer.update(rows, Stage.VOTE)["losses/optimizer_steps"] == 1
+    assert len(forwards) >= 1

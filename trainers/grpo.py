@@ -76,7 +76,7 @@ from trainers.samples import (
 from trainers.seeds import SeedStream, seed_for
 from trainers.sinks import MetricSinks
 from trainers.update import TrainingSamples, UpdateTotals, micro_step, mini_batch_size
-from trainers.votes import ForwardVotes, one_update, release_retained, retained_update
+from trainers.votes import ForwardVotes, one_update, release_retained, retained_for_update
 
 __all__ = ["SpyRLTrainer"]
 
@@ -242,8 +242,7 @@ class SpyRLTrainer:
 
     # -------------------------------------------------------------- updates
     def mini_batch_size(self, samples: int) -> int:
-        """Samples per optimizer step when this iteration trains on ``samples`` rows
-        (:func:`trainers.update.mini_batch_size`)."""
+        """Samples per optimizer step when this iteration trains on ``samples`` rows (:func:`.update.mini_batch_size`)."""
         return mini_batch_size(self.config, samples, self.accelerator.num_processes)
 
     def update(self, selected: list[Sample], stage: Stage | str) -> dict[str, float]:
@@ -253,10 +252,10 @@ class SpyRLTrainer:
         samples = TrainingSamples.from_samples(selected, c.max_completion_tokens)
         rows = samples.rows
         size = self.mini_batch_size(len(rows))
-        if (metrics := retained_update(self, samples, size, level)) is not None:  # the rollout's forward fed it
-            return metrics
+        samples.kept = retained_for_update(self.policy, samples, size, one_update(c, self.distributed))
         generator = torch.Generator().manual_seed(seed_for(c.seed, self.iteration, SeedStream.SHUFFLE))
         orders = [torch.randperm(len(rows), generator=generator).tolist() for _ in range(c.epochs)]
+        orders = [list(range(len(rows)))] if samples.kept else orders  # one step, in the kept log-probs' order
         # the first mini-batch trains before any step: its behaviour log-probs are the current ones
         self._fix_logps(samples, on_policy=set(orders[0][:size]))
         self.model.train()
@@ -291,9 +290,10 @@ class SpyRLTrainer:
                 samples.ref.update(samples.logps_by_row(reference, range(len(samples.rows)), c.micro_batch_size)[0])
 
     def _optimizer_step(self, samples: TrainingSamples, mini: list[int], level: str, totals: UpdateTotals) -> None:
-        """One optimizer step on the mini-batch ``mini`` (sample indices), gradients accumulated over micro-batches."""
-        c = self.config
-        micros = [mini[i : i + c.micro_batch_size] for i in range(0, len(mini), c.micro_batch_size)]
+        """One optimizer step on ``mini`` (sample indices), gradients accumulated over micro-batches (one, kept)."""
+        c, kept = self.config, samples.kept
+        step = len(mini) if kept else c.micro_batch_size  # the rollout's kept graphs: no new forward
+        micros = [mini[i : i + step] for i in range(0, len(mini), step)]
         items = loss_items([samples.scored[i] for i in mini], level)
         if self.distributed:  # dapo/token-mean over every process's tokens (DDP then averages gradients)
             items = self.all_reduce([items])[0] / self.accelerator.num_processes
@@ -307,7 +307,7 @@ class SpyRLTrainer:
             with contextlib.ExitStack() as stack:
                 if not boundary and self.accelerator.distributed_type in processes.DDP_TYPES:
                     stack.enter_context(self.accelerator.no_sync(self.model))
-                totals.add_micro_step(micro_step(self.model, batch, c, self.pad_id, self.accelerator.backward))
+                totals.add_micro_step(micro_step(self.model, batch, c, self.pad_id, self.accelerator.backward, kept))
         grad_norm = None
         if c.max_grad_norm:  # under DeepSpeed the engine clips (gradient_clipping) and reports the norm
             grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)

@@ -76,6 +76,9 @@ class TrainingSamples:
     old: dict[int, torch.Tensor] = field(default_factory=dict)  # behaviour log-probs, off-policy rows
     old_choices: dict[int, torch.Tensor | None] = field(default_factory=dict)  # their (C,) choice log-probs
     ref: dict[int, torch.Tensor] = field(default_factory=dict)  # reference log-probs (beta > 0)
+    # every row's (logps, mask, choice_logps) with their graph, when the rollout kept them for a single
+    # on-policy step (trainers.votes.retained_for_update): the update then makes no forward of its own
+    kept: tuple | None = None
 
     @classmethod
     def from_samples(cls, samples: Sequence[Sample], max_tokens: int) -> TrainingSamples:
@@ -126,9 +129,18 @@ class TrainingSamples:
 
 
 def micro_step(
-    model: Any, batch: MicroBatch, config: SpyRLConfig, pad_id: int, backward: Callable[[torch.Tensor], None]
+    model: Any,
+    batch: MicroBatch,
+    config: SpyRLConfig,
+    pad_id: int,
+    backward: Callable[[torch.Tensor], None],
+    kept: tuple | None = None,
 ) -> dict[str, float]:
-    """Forward, Eq. 7 loss and ``backward`` of one micro-batch; returns its statistics."""
+    """Forward, Eq. 7 loss and ``backward`` of one micro-batch; returns its statistics. ``kept``: the
+    micro-batch's ``(logps, mask, choice_logps)`` a forward-vote rollout already computed with their
+    graph (``trainers.votes.retained_for_update``): no forward then, and no entropy."""
+    if kept is not None:
+        return micro_loss(kept[0], kept[1], None, kept[2], batch, config, backward)
     logps, mask, entropy, choice_logps = sequence_logps(
         model, batch.prompts, batch.completions, pad_id, config.temperature, with_entropy=True, choices=batch.choices
     )  # (B, T) each, and (C,) per vote with a choice

@@ -28,10 +28,8 @@ from agents.hf import HFPolicy
 from agents.prefix_cache import grouped_logits, prefix_groups
 from agents.tensors import left_pad
 from spy_env.policy import Action, Observation
-from trainers.loss import LossConfig, LossScale, loss_items
-from trainers.update import UpdateTotals, micro_loss
 
-__all__ = ["ForwardVotes", "one_update", "release_retained", "retained_logps", "retained_update"]
+__all__ = ["ForwardVotes", "one_update", "release_retained", "retained_for_update", "retained_logps"]
 
 
 class ForwardVotes:
@@ -216,28 +214,11 @@ def one_update(config: Any, distributed: bool) -> bool:
     return one and config.epochs == 1 and not config.beta and not distributed
 
 
-def retained_update(trainer: Any, samples: Any, size: int, level: str) -> dict[str, float] | None:
-    """One optimizer step of ``trainer`` on the log-probs its :class:`ForwardVotes` rollout kept (no second
-    prefill), as ``SpyRLTrainer.update`` would make it; None (nothing done) when that does not apply."""
-    c, policy = trainer.config, trainer.policy
-    if not isinstance(policy, ForwardVotes) or not policy.retained or size < len(samples.rows):
+def retained_for_update(policy: object, samples: Any, size: int, single: bool) -> tuple | None:
+    """``(logps, mask, choice_logps)`` of every sample from a :class:`ForwardVotes` rollout's kept graphs,
+    when this iteration's update is one on-policy optimizer step over all of them (``single``:
+    :func:`one_update`; ``size``: the mini-batch); None when it is not, or a row was not kept (the
+    update then runs its own forward). The trainer's one update path takes either."""
+    if not single or not isinstance(policy, ForwardVotes) or not policy.retained or size < len(samples.rows):
         return None
-    if not one_update(c, trainer.distributed):
-        return None
-    found = retained_logps(policy, samples.rows, samples.completions, samples.choices)
-    if found is None:
-        return None
-    everything = list(range(len(samples.rows)))
-    loss = LossConfig.from_config(c, level)
-    batch = samples.micro_batch(everything, loss, LossScale(loss_items(samples.scored, level), 1))
-    trainer.model.train()
-    totals = UpdateTotals()
-    totals.add_micro_step(micro_loss(found[0], found[1], None, found[2], batch, c, trainer.accelerator.backward))
-    grad_norm = None
-    if c.max_grad_norm:
-        grad_norm = trainer.accelerator.clip_grad_norm_(trainer.model.parameters(), c.max_grad_norm)
-    trainer.optimizer.step()
-    trainer.optimizer.zero_grad(set_to_none=True)
-    totals.add_optimizer_step(grad_norm)
-    trainer.model.eval()
-    return totals.metrics()
+    return retained_logps(policy, samples.rows, samples.completions, samples.choices)
