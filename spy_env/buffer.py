@@ -28,6 +28,7 @@ COLUMNS: dict[str, tuple[Any, Any]] = {
     "game_seed": ("int64", 0),
     "document_id": ("string", ""),
     "degrade_seed": ("int64", -1),  # with game_seed, document_id and spy_seat: the game's full reset options
+    "degrade": ("string", ""),  # the operator that made the spy's copy (spy_env.degrade.DEGRADERS' name)
     "group_id": ("int64", 0),
     "round": ("int32", 0),
     "stage": ("string", ""),

@@ -14,7 +14,8 @@ Operators (docs/GUIDE.md):
 - ``neighbor``: the most similar *other* document of the corpus.
 - ``blank``: nothing at all.
 
-New operators are added with :func:`register_degrader`.
+New operators are added with :func:`register_degrader`; an installed package's reach the
+``spyrl`` commands through the ``spyrl.plugins`` entry points (:mod:`spy_env.plugins`).
 """
 
 from __future__ import annotations

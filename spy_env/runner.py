@@ -227,6 +227,7 @@ class Runner:
             "game_seed": slot.seed,
             "document_id": slot.game.document.id,
             "degrade_seed": slot.host.reset_options["degrade_seed"],
+            "degrade": slot.game.degraded.operator,
             "group_id": slot.group_id,
             "round": round_,
             "stage": stage,

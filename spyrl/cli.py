@@ -23,6 +23,7 @@ from spy_env.config import GameConfig
 from spy_env.degrade import DEGRADERS
 from spy_env.display import markup_safe, terminal_safe
 from spy_env.extras import Extra, require
+from spy_env.plugins import load_plugins
 from spy_env.stage import Stage
 from spy_env.tasks import TASKS
 
@@ -973,6 +974,11 @@ def quiet_libraries() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a command. A user's mistake prints ``error: ...`` (one line) and returns 2; a bug keeps
     its traceback, and ``--debug`` shows the traceback of every error."""
+    try:  # installed packages' operators, tasks and backends, before --degrade/--task read their choices
+        load_plugins()
+    except ImportError as e:
+        errors.print("[red]error:[/red] " + markup_safe(_one_line(e)), highlight=False, soft_wrap=True)
+        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.verbose:

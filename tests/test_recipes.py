@@ -87,3 +87,10 @@ def test_a_degradation_registered_from_outside_degrades_the_spys_copy(registered
             r["seat"]: r["prompt"][-1]["content"].split("<document>\n")[1].split("\n</document>")[0] for r in perform
         }
         assert copies[spy] == copies[spy].upper() != copies[(spy + 1) % 3]  # only the spy's copy shouts
+    # the rows name the operator that ran, and the viewer shows that name, not a guess from the diff
+    from spyrl.viewer.payload import degradation_of, game_records
+
+    assert {r["degrade"] for r in buffer} == {"shout"}
+    games = game_records(list(buffer), {})
+    assert [g["deg"] for g in games] == ["shout"] * 3
+    assert degradation_of("a b", "A B", [[0, 3, "A B"]]) != "shout"  # what the page guessed before

@@ -11,8 +11,9 @@ What the buffer does not record and is reconstructed here:
   templates the whole user message stands in). The spans the spy lost or saw changed are a
   word-level diff of the two copies (:func:`copy_spans`), so they are exact for every operator
   that edits the text in place (``mask_spans``, ``drop_sentences``, ``perturb_numbers``).
-- **The degradation operator**, named from that diff (:func:`degradation_of`); a run or a
-  tournament that records ``degrade`` in its config overrides it.
+- **The degradation operator** of a buffer written before rows recorded it (the ``degrade``
+  column), named from that diff (:func:`degradation_of`) unless its run or tournament recorded
+  ``degrade`` in its config. Newer rows name the operator that ran, a user's own included.
 
 Per-token log-probabilities are kept as one character each, in steps of 0.1 nats down to -8.8
 (lower values are shown as -8.8: p < 0.00015 colours the same), which keeps an LLM buffer's page
@@ -336,7 +337,7 @@ def game_records(
                 "pv": int(first["policy_version"]),
                 "spy": spy,
                 "caught": bool(first["spy_caught"]),
-                "deg": degrade or degradation_of(source, spy_copy, spans),
+                "deg": first.get("degrade") or degrade or degradation_of(source, spy_copy, spans),
                 "spans": spans,
                 "nviol": sum(bool(r["violations"]) for r in rows_of_game),
                 "seats": seats,
