@@ -30,13 +30,77 @@ For ``token`` and ``sequence`` levels this is numerically TRL 1.16's ``GRPOTrain
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
-__all__ = ["ChoiceTerms", "LossConfig", "LossOutput", "LossScale", "clipped_policy_loss", "loss_items"]
+__all__ = [
+    "AGGREGATIONS",
+    "Aggregation",
+    "ChoiceTerms",
+    "LossConfig",
+    "LossOutput",
+    "LossScale",
+    "clipped_policy_loss",
+    "loss_items",
+    "register_aggregation",
+]
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    """A ``loss_type``: how a micro-batch's losses become the one scalar it backpropagates.
+
+    ``tokens(masked, mask, length)``: from per-token losses (B, T) already multiplied by their mask
+    (``length``: dr_grpo's L, ``max_completion_length`` or the batch width). ``actions(terms,
+    decisions)``: from one term per sequence (B,) at the ``action`` level, zero where ``decisions``
+    (B,) is 0. Either is divided by the mini-batch's micro-batches afterwards, unless
+    ``whole_mini_batch``: then neither is called, and the sum is divided by the whole mini-batch's
+    count (tokens, or decisions at the ``action`` level: :func:`loss_items`), as verl's token-mean.
+    """
+
+    tokens: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor] | None = None
+    actions: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    whole_mini_batch: bool = False
+
+
+AGGREGATIONS: dict[str, Aggregation] = {}
+
+
+def register_aggregation(name: str, aggregation: Aggregation) -> Aggregation:
+    """Make ``aggregation`` the ``loss_type`` called ``name`` (``SpyRLConfig(loss_type=name)``)."""
+    if not aggregation.whole_mini_batch and (aggregation.tokens is None or aggregation.actions is None):
+        raise ValueError(f"aggregation {name!r} needs tokens and actions, or whole_mini_batch=True")
+    AGGREGATIONS[name] = aggregation
+    return aggregation
+
+
+def _grpo(masked: torch.Tensor, mask: torch.Tensor, length: int) -> torch.Tensor:
+    """TRL's ``grpo``: the mean over sequences of each sequence's token mean."""
+    return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+
+
+def _bnpo(masked: torch.Tensor, mask: torch.Tensor, length: int) -> torch.Tensor:
+    """TRL's ``bnpo``: the token mean of the micro-batch."""
+    return masked.sum() / mask.sum().clamp(min=1.0)
+
+
+def _dr_grpo(masked: torch.Tensor, mask: torch.Tensor, length: int) -> torch.Tensor:
+    """TRL's ``dr_grpo``: the token sum / (B · L), L the completion budget."""
+    return masked.sum() / (masked.shape[0] * length)
+
+
+def _decision_mean(terms: torch.Tensor, decisions: torch.Tensor) -> torch.Tensor:
+    """One term per decision (``action`` level), averaged over the micro-batch's decisions."""
+    return terms.sum() / decisions.sum().clamp(min=1.0)
+
+
+register_aggregation("grpo", Aggregation(_grpo, _decision_mean))
+register_aggregation("bnpo", Aggregation(_bnpo, _decision_mean))
+register_aggregation("dr_grpo", Aggregation(_dr_grpo, _decision_mean))
+register_aggregation("dapo", Aggregation(whole_mini_batch=True))  # verl's token-mean: the whole mini-batch's count
 
 
 @dataclass(frozen=True)
@@ -166,14 +230,12 @@ def _per_action(
     if per_token_kl is not None:
         terms = terms + config.beta * (per_token_kl * mask).sum(-1)
     decisions = (mask.sum(-1) > 0).to(mask)  # (B,) rows that train
-    total = (terms * decisions).sum()
-    if config.loss_type == "dapo":  # the whole mini-batch's decisions: no accumulation division
+    aggregation = aggregation_of(config.loss_type)
+    if aggregation.whole_mini_batch:  # the whole mini-batch's decisions: no accumulation division
         items = decisions.sum() if scale.num_items_in_batch is None else torch.as_tensor(scale.num_items_in_batch)
-        loss = total / items.to(mask).clamp(min=1.0)
+        loss = (terms * decisions).sum() / items.to(mask).clamp(min=1.0)
         return loss, loss.detach()
-    if config.loss_type not in ("grpo", "bnpo", "dr_grpo"):
-        raise ValueError(f"unknown loss_type {config.loss_type!r}; expected grpo, bnpo, dr_grpo or dapo")
-    loss = total / decisions.sum().clamp(min=1.0)
+    loss = aggregation.actions(terms * decisions, decisions)
     return loss / scale.accumulation_steps, loss.detach()
 
 
@@ -181,13 +243,19 @@ def _aggregate_tokens(
     masked: torch.Tensor, mask: torch.Tensor, config: LossConfig, scale: LossScale
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(loss, policy_loss)`` of per-token losses (B, T) under ``config.loss_type``."""
-    if config.loss_type == "dapo":  # one denominator for the whole mini-batch: no accumulation division
+    aggregation = aggregation_of(config.loss_type)
+    if aggregation.whole_mini_batch:  # one denominator for the whole mini-batch: no accumulation division
         items = mask.sum() if scale.num_items_in_batch is None else torch.as_tensor(scale.num_items_in_batch)
         loss = masked.sum() / items.to(masked).clamp(min=1.0)
         return loss, loss.detach()
-    length = config.max_completion_length or masked.shape[1]
-    loss = aggregate(masked, mask, config.loss_type, masked.shape[0] * length)
+    loss = aggregation.tokens(masked, mask, config.max_completion_length or masked.shape[1])
     return loss / scale.accumulation_steps, loss.detach()
+
+
+def aggregation_of(loss_type: str) -> Aggregation:
+    if loss_type not in AGGREGATIONS:
+        raise ValueError(f"unknown loss_type {loss_type!r}; expected one of {sorted(AGGREGATIONS)}")
+    return AGGREGATIONS[loss_type]
 
 
 def importance_log_weights(log_ratio: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
@@ -211,18 +279,6 @@ def kl_penalty(delta: torch.Tensor, ratio: torch.Tensor, estimator: str, bias_co
         delta = delta.clamp(-20.0, 20.0)
         return (torch.exp(delta) - delta - 1).clamp(-10.0, 10.0)  # (B, T)
     raise ValueError(f"unknown kl_estimator {estimator!r}; expected k3 or low_var_kl")
-
-
-def aggregate(masked: torch.Tensor, mask: torch.Tensor, loss_type: str, dr_grpo_denominator: int) -> torch.Tensor:
-    """A micro-batch's loss from its masked per-token losses (B, T), as TRL's ``grpo``, ``bnpo`` and
-    ``dr_grpo`` aggregate it (``dapo`` needs the mini-batch's token count: see the caller)."""
-    if loss_type == "grpo":
-        return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
-    if loss_type == "bnpo":
-        return masked.sum() / mask.sum().clamp(min=1.0)
-    if loss_type == "dr_grpo":
-        return masked.sum() / dr_grpo_denominator
-    raise ValueError(f"unknown loss_type {loss_type!r}; expected grpo, bnpo, dr_grpo or dapo")
 
 
 def clip_stats(

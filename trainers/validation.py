@@ -14,10 +14,11 @@ from urllib.parse import urlsplit
 
 from agents.registry import spec_problem
 from spy_env.config import GameConfig, check_types
+from trainers.loss import AGGREGATIONS
 
 __all__ = ["GENERATION", "KL_ESTIMATORS", "LEVELS", "LOSS_TYPES", "SCHEDULES", "validate"]
 
-LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo")
+LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo")  # the built-in aggregations (trainers.loss.AGGREGATIONS holds all)
 LEVELS = ("token", "sequence", "action")
 SCHEDULES = ("adaptive", "alternate", "detect", "perform")
 GENERATION = ("hf", "vllm-colocate", "vllm-server")
@@ -33,7 +34,7 @@ POSITIVE_NUMBERS = ("learning_rate", "epsilon", "temperature")
 NON_NEGATIVE_NUMBERS = ("beta", "weight_decay", "max_grad_norm", "advantage_eps")
 FRACTIONS = ("top_p", "rae_alpha", "stage_ema", "acc_high", "na_low", "err_high", "na_high")
 CHOICES = {
-    "loss_type": LOSS_TYPES,
+    "loss_type": AGGREGATIONS,  # read when checked: a registered aggregation is a choice
     "perform_ratio_level": LEVELS,
     "detect_ratio_level": LEVELS,
     "detect_advantage_groups": ("game", "prompt", "batch"),
@@ -94,7 +95,7 @@ def _numbers(config: Any) -> None:
 def _choices(config: Any) -> None:
     for name, allowed in CHOICES.items():
         if getattr(config, name) not in allowed:
-            raise _bad(config, name, f"one of {allowed}")
+            raise _bad(config, name, f"one of {tuple(allowed)}")
 
 
 def _batching(config: Any) -> None:
