@@ -22,8 +22,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from smollm2_selfplay import greedy_policy
 
 from spy_env.heldout import METRICS, evaluate_heldout, paired_difference, summarize

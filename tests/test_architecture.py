@@ -28,7 +28,9 @@ FORBIDDEN = {
     "spyrl": set(),
 }
 CODE = [
-    p for folder in (*PACKAGES, "benchmarks", "experiments", "examples") for p in sorted((ROOT / folder).rglob("*.py"))
+    p
+    for folder in (*PACKAGES, "benchmarks", "experiments", "examples", "tools")
+    for p in sorted((ROOT / folder).rglob("*.py"))
 ]
 
 
@@ -278,3 +280,8 @@ def test_the_wheel_ships_every_package_and_nothing_else():
         for p in (ROOT / folder).rglob("__init__.py")
     }
     assert sorted(shipped) == sorted(tree)
+
+
+def test_no_script_edits_the_import_path():
+    """Scripts import the installed packages, and their own folder's modules as plain imports."""
+    assert [str(p.relative_to(ROOT)) for p in CODE if "sys.path.insert" in p.read_text(encoding="utf-8")] == []

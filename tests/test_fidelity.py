@@ -286,7 +286,7 @@ def test_gpu_check_says_it_needs_cuda_and_exits_2(monkeypatch, capsys):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+    path = Path(__file__).resolve().parents[1] / "tools" / "gpu_check.py"
     spec = importlib.util.spec_from_file_location("gpu_check", path)
     gpu_check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpu_check)

@@ -234,7 +234,7 @@ def test_nemotron_spec_streams_config_4plus_and_its_first_rows(monkeypatch):
 
 
 def test_the_mutation_check_is_current(monkeypatch):
-    """benchmarks/mutants.py stays applicable as the code moves: every FIDELITY row has a mutant, every
+    """tools/mutants.py stays applicable as the code moves: every FIDELITY row has a mutant, every
     mutant names a row of the table, and each of its substitutions finds its text exactly once (a stale
     mutant would otherwise be reported as an error only when someone runs the 10-minute check)."""
     import importlib.util
@@ -242,7 +242,7 @@ def test_the_mutation_check_is_current(monkeypatch):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("mutants", root / "benchmarks" / "mutants.py")
+    spec = importlib.util.spec_from_file_location("mutants", root / "tools" / "mutants.py")
     mutants = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "mutants", mutants)  # its dataclasses look their module up
     spec.loader.exec_module(mutants)

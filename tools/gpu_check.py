@@ -16,8 +16,8 @@ any local causal LM folder. Without CUDA the script says so and exits with statu
 ``--cpu-dry-run`` runs phases 1 and 2 on the CPU with a tiny model and phase 3 in-process without
 FSDP, to check the script itself.
 
-    python benchmarks/gpu_check.py [--model PATH] [--budget 480]
-    python benchmarks/gpu_check.py --cpu-dry-run
+    python tools/gpu_check.py [--model PATH] [--budget 480]
+    python tools/gpu_check.py --cpu-dry-run
 """
 
 from __future__ import annotations
@@ -31,10 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from spy_env.io import read_json, write_text
 
-from spy_env.io import read_json, write_text  # noqa: E402  (after the path)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -7,7 +7,7 @@ touched), applies the substitution there, and runs the tests the row names (ever
 *survived* when they pass; a substitution whose text is not found is an *error* (the script is stale).
 The unmutated copy runs every named test first: they must pass.
 
-    python benchmarks/mutants.py [--jobs 2] [--only SUBSTRING] [--markdown OUT.md]
+    python tools/mutants.py [--jobs 2] [--only SUBSTRING] [--markdown OUT.md]
 
 Exit status 0 when every mutant is killed, 1 otherwise.
 """
