@@ -264,6 +264,22 @@ def test_perform_group_norm_keeps_the_rae_baseline():
     assert np.mean(expected) > 0  # group re-centring would have made it 0, discarding b_spy
 
 
+def test_perform_group_norm_leaves_a_group_of_equal_rewards_unscaled():
+    """A replay group whose spy earned the same reward in every game has no spread: its RAE advantages
+    stay r − b_spy. Divided by ε alone they were 10,000 times that (the self-play experiment's attempt 2
+    saw a gradient norm of 4,448)."""
+    config = SpyRLConfig(perform_group_norm=True)
+    trainer = fake_trainer(config)
+    trainer.rae.baselines = {"civilian": 0.0, "spy": -2.0}
+    rows = game_rows(0, [2, 0, 0], spy=2, group_id=3) + game_rows(1, [2, 0, 0], spy=2, group_id=3)
+    selected = SpyRLTrainer.select_samples(trainer, rows, "perform")[0]
+    spy = [s for s in selected if s.row["role"] == "spy"]
+    rewards = [s.row["reward_perform"] for s in spy]
+    assert rewards[0] == rewards[1]
+    assert [s.advantage for s in spy] == pytest.approx([r + 2.0 for r in rewards])
+    assert all(abs(s.advantage) < 10 for s in selected)
+
+
 # ------------------------------------------------------------------- finding 7: g(x)'s marker
 def test_paper_preset_removes_spans_silently():
     import spy_env

@@ -88,9 +88,14 @@ def group_scaled(
 
     ``perform_group_norm`` with RAE: the baseline centres, the replay group scales. (Re-centring on
     the group mean as well would cancel ``b_role`` exactly, since a group is one seat of one role.)
+    A group whose rewards are all equal has no spread to scale by and keeps ``A_i`` as it is: dividing
+    by ``ε`` alone would multiply its advantages by 1/ε (in GRPO the numerator is 0 there; with a role
+    baseline it is not).
 
     >>> group_scaled([1.0, 3.0], [0.0, 2.0], ["a", "a"]).round(3).tolist()
     [1.0, 3.0]
+    >>> group_scaled([0.5, 0.5], [1.25, 1.25], ["a", "a"]).tolist()
+    [0.5, 0.5]
     """
     advantages = np.asarray(advantages, dtype=np.float64)
     rewards = np.asarray(rewards, dtype=np.float64)
@@ -99,7 +104,8 @@ def group_scaled(
     for i, g in enumerate(groups):
         index.setdefault(g, []).append(i)
     for members in index.values():
-        out[members] = advantages[members] / (rewards[members].std() + eps)
+        std = rewards[members].std()
+        out[members] = advantages[members] / (std + eps) if std > 0 else advantages[members]
     return out
 
 
