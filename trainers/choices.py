@@ -26,7 +26,7 @@ and the KL term treat it as one token.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,15 +36,16 @@ import torch
 __all__ = [
     "VOTE_GRADIENTS",
     "Choice",
+    "VoteGradient",
     "choice_loss",
     "choice_probs",
     "choice_rewards",
     "expected_advantages",
     "expected_moments",
+    "register_vote_gradient",
     "supervised_targets",
+    "vote_gradient_of",
 ]
-
-VOTE_GRADIENTS = ("sampled", "expected", "supervised")
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,87 @@ def supervised_targets(rows: Sequence[Mapping[str, Any]]) -> list[np.ndarray | N
     return out
 
 
+def _expected_loss(
+    logq: torch.Tensor, old_logq: torch.Tensor, coefficients: torch.Tensor, epsilon_low: float, epsilon_high: float
+) -> torch.Tensor:
+    """The expectation over the choices of the clipped surrogate under the behaviour distribution."""
+    ratio = torch.exp(logq - old_logq)
+    clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
+    return -(old_logq.exp() * torch.min(ratio * coefficients, clipped * coefficients)).sum()
+
+
+def _supervised_loss(
+    logq: torch.Tensor, old_logq: torch.Tensor, coefficients: torch.Tensor, epsilon_low: float, epsilon_high: float
+) -> torch.Tensor:
+    """``−Σ_k c_k log q_k`` (``c`` = 1 on the spy): the labels alone."""
+    return -(coefficients * logq).sum()
+
+
+def _supervised_weights(
+    rows: Sequence[Mapping[str, Any]],
+    groups: Sequence[Hashable],
+    weight_detect: float,
+    eps: float,
+    stats: Mapping[Hashable, tuple[float, float]] | None,
+) -> tuple[list[np.ndarray | None], np.ndarray]:
+    """The spy's choice as the only target; nothing but the choice trains (no other token's advantage)."""
+    return supervised_targets(rows), np.zeros(len(rows))
+
+
+Weights = Callable[..., tuple[list[np.ndarray | None], np.ndarray]]  # (rows, groups, weight_detect, eps, stats)
+ChoiceLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float, float], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class VoteGradient:
+    """A ``vote_gradient``: how a vote's choice becomes a gradient (the module docstring's three).
+
+    ``weights(rows, groups, weight_detect, eps, stats)``: per vote the coefficients of its choices
+    (None for a vote without a choice) and the advantage of its other tokens, normalised per group
+    (``stats``: a group's global ``(mean, std)`` when its votes are spread over processes). ``loss(logq,
+    old_logq, coefficients, epsilon_low, epsilon_high)``: the vote's loss at its choice token.
+    ``moments(rows, weight_detect)``: ``[Σ m1, Σ m2, n]`` of the rewards that normalise a ``batch``
+    group, when they are not the sampled rewards. ``weights`` and ``loss`` both None: the sampled
+    choice trains like any other token with the vote's group-normalised advantage (the paper's
+    estimator). ``exact_distribution``: the recorded distribution must be the one the vote was drawn
+    from (temperature 1, top_p 1).
+    """
+
+    weights: Weights | None = None
+    loss: ChoiceLoss | None = None
+    moments: Callable[[Sequence[Mapping[str, Any]], float], list[float]] | None = None
+    exact_distribution: bool = False
+
+    @property
+    def scores_choices(self) -> bool:
+        """Whether it needs each vote's choice step and distribution (a constrained vote, ``hf`` rollouts)."""
+        return self.loss is not None
+
+
+VOTE_GRADIENTS: dict[str, VoteGradient] = {}
+
+
+def register_vote_gradient(name: str, gradient: VoteGradient) -> VoteGradient:
+    """Make ``gradient`` the ``vote_gradient`` called ``name`` (``SpyRLConfig(vote_gradient=name)``)."""
+    if (gradient.weights is None) != (gradient.loss is None):
+        raise ValueError(f"vote gradient {name!r} needs both weights and loss, or neither (the sampled form)")
+    VOTE_GRADIENTS[name] = gradient
+    return gradient
+
+
+def vote_gradient_of(name: str) -> VoteGradient:
+    if name not in VOTE_GRADIENTS:
+        raise ValueError(f"unknown vote_gradient {name!r}; expected one of {sorted(VOTE_GRADIENTS)}")
+    return VOTE_GRADIENTS[name]
+
+
+register_vote_gradient("sampled", VoteGradient())
+register_vote_gradient(
+    "expected", VoteGradient(expected_advantages, _expected_loss, expected_moments, exact_distribution=True)
+)
+register_vote_gradient("supervised", VoteGradient(_supervised_weights, _supervised_loss))
+
+
 def choice_loss(
     logq: torch.Tensor,
     old_logq: torch.Tensor,
@@ -188,18 +270,16 @@ def choice_loss(
     epsilon_low: float = 0.2,
     epsilon_high: float = 0.2,
 ) -> torch.Tensor:
-    """The loss of one vote at its choice token (a scalar): ``expected``, the expectation over the
-    choices of the clipped surrogate under the behaviour distribution ``exp(old_logq)``; ``supervised``,
-    ``−Σ_k c_k log q_k`` (``c`` = 1 on the spy). ``coefficients``: ``Â_k`` or the targets, (C,).
+    """The loss of one vote at its choice token (a scalar) under the vote gradient ``mode``: for
+    ``expected``, the expectation over the choices of the clipped surrogate under the behaviour
+    distribution ``exp(old_logq)``; for ``supervised``, ``−Σ_k c_k log q_k`` (``c`` = 1 on the spy).
+    ``coefficients``: ``Â_k`` or the targets, (C,).
 
     >>> logq = torch.log(torch.tensor([0.25, 0.75]))
     >>> float(choice_loss(logq, logq, torch.tensor([-1.0, 1.0]), "expected"))
     -0.5
     """
-    if mode == "supervised":
-        return -(coefficients * logq).sum()
-    if mode != "expected":
-        raise ValueError(f"unknown choice loss {mode!r}; expected 'expected' or 'supervised'")
-    ratio = torch.exp(logq - old_logq)
-    clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
-    return -(old_logq.exp() * torch.min(ratio * coefficients, clipped * coefficients)).sum()
+    gradient = vote_gradient_of(mode)
+    if gradient.loss is None:
+        raise ValueError(f"vote_gradient {mode!r} has no choice loss: its sampled choice trains like any token")
+    return gradient.loss(logq, old_logq, coefficients, epsilon_low, epsilon_high)

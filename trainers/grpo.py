@@ -62,8 +62,8 @@ from trainers.policies import decoding_options, learner_policy, seat_policy
 from trainers.precision import make_optimizer
 from trainers.samples import (
     Sample,
-    batch_group_stats,
     choice_advantages,
+    global_group_stats,
     role_means,
     role_reward_sums,
     sample_stats,
@@ -71,7 +71,6 @@ from trainers.samples import (
     stage_rewards,
     stage_rows,
     trainable_samples,
-    vote_moments,
 )
 from trainers.seeds import SeedStream, seed_for
 from trainers.sinks import MetricSinks
@@ -232,8 +231,8 @@ class SpyRLTrainer:
         means = stats = None
         if stage is Stage.PERFORM and c.rae and self.distributed:  # global role means keep baselines in sync
             means = role_means(self.all_reduce(role_reward_sums(rewards, [r["role"] for r in rows])))
-        if stage is Stage.VOTE and c.detect_advantage_groups == "batch" and self.distributed:
-            stats = batch_group_stats(self.all_reduce(vote_moments(rows, rewards, c)))  # the iteration's votes
+        if stage is Stage.VOTE and self.distributed:  # a group spread over the processes: their summed moments
+            stats = global_group_stats(rows, rewards, c, self.all_reduce)
         advantages = add_penalties(stage_advantages(rows, rewards, stage, c, self.rae, means, stats), penalties)
         samples = trainable_samples(rows, advantages, choice_advantages(rows, stage, c, stats))
         if self.distributed:  # every process must run the same number of backward passes

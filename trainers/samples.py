@@ -15,7 +15,7 @@ these together and adds what needs several processes.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,15 +23,20 @@ import numpy as np
 
 from spy_env.stage import Stage
 from trainers.algorithm import RAEBaselines, group_normalized_advantages, group_scaled, moments_stats
-from trainers.choices import expected_advantages, expected_moments, supervised_targets
+from trainers.choices import vote_gradient_of
 
 __all__ = [
+    "ADVANTAGE_GROUPINGS",
     "ROLES",
     "SKIP_REASONS",
+    "AdvantageGrouping",
     "Sample",
     "advantage_groups",
     "batch_group_stats",
     "choice_advantages",
+    "global_group_stats",
+    "grouping_of",
+    "register_advantage_grouping",
     "role_means",
     "role_reward_sums",
     "sample_stats",
@@ -130,22 +135,75 @@ def stage_rewards(rows: Sequence[Mapping[str, Any]], stage: Stage, config: Any) 
     return [weight * r[component] for r in rows], [game.weight_penalty * r["reward_penalty"] for r in rows]
 
 
+@dataclass(frozen=True)
+class AdvantageGrouping:
+    """A ``detect_advantage_groups``: which votes are normalised together (Eq. 5's group).
+
+    ``key(row)``: the group of a vote's row. ``whole_batch``: one group over every process's votes, so
+    on several processes the trainer sums their moments first (:func:`global_group_stats`).
+    ``needs_replayed_setups``: the groups are only larger than one vote when games replay one setup
+    (``replay_setup`` and ``games_per_document`` ≥ 2).
+    """
+
+    key: Callable[[Mapping[str, Any]], Hashable]
+    whole_batch: bool = False
+    needs_replayed_setups: bool = False
+
+
+ADVANTAGE_GROUPINGS: dict[str, AdvantageGrouping] = {}
+
+
+def register_advantage_grouping(name: str, grouping: AdvantageGrouping) -> AdvantageGrouping:
+    """Make ``grouping`` the ``detect_advantage_groups`` called ``name``."""
+    ADVANTAGE_GROUPINGS[name] = grouping
+    return grouping
+
+
+def _game_round(row: Mapping[str, Any]) -> Hashable:
+    return (row["game_id"], row["round"])
+
+
+def _replayed_seat(row: Mapping[str, Any]) -> Hashable:
+    return (row["group_id"], row["seat"], row["round"])
+
+
+def _one_group(row: Mapping[str, Any]) -> Hashable:
+    return 0
+
+
+register_advantage_grouping("game", AdvantageGrouping(_game_round))  # the voters of one game's round (Eq. 5)
+register_advantage_grouping("prompt", AdvantageGrouping(_replayed_seat, needs_replayed_setups=True))
+register_advantage_grouping("batch", AdvantageGrouping(_one_group, whole_batch=True))
+
+
+def grouping_of(name: str) -> AdvantageGrouping:
+    if name not in ADVANTAGE_GROUPINGS:
+        raise ValueError(f"unknown detect_advantage_groups {name!r}; expected one of {sorted(ADVANTAGE_GROUPINGS)}")
+    return ADVANTAGE_GROUPINGS[name]
+
+
 def advantage_groups(rows: Sequence[Mapping[str, Any]], by: str) -> list[Hashable]:
-    """Each row's normalisation group: ``"game"``, its game's round (the voters of Eq. 5); ``"prompt"``,
-    its seat and round across the replayed games of its group (same document, spy and masks);
-    ``"batch"``: one group, every row (on several processes every process's rows: the trainer passes the
-    group's global mean and std, :func:`batch_group_stats`).
+    """Each row's normalisation group under the grouping ``by``: ``"game"``, its game's round (the
+    voters of Eq. 5); ``"prompt"``, its seat and round across the replayed games of its group (same
+    document, spy and masks); ``"batch"``: one group, every row (on several processes every
+    process's rows: the trainer passes the group's global mean and std, :func:`global_group_stats`).
 
     >>> rows = [{"game_id": 4, "group_id": 1, "seat": 2, "round": 0}]
-
     >>> advantage_groups(rows, "game"), advantage_groups(rows, "prompt"), advantage_groups(rows, "batch")
     ([(4, 0)], [(1, 2, 0)], [0])
     """
-    if by == "batch":
-        return [0] * len(rows)
-    if by == "game":
-        return [(r["game_id"], r["round"]) for r in rows]
-    return [(r["group_id"], r["seat"], r["round"]) for r in rows]
+    key = grouping_of(by).key
+    return [key(r) for r in rows]
+
+
+def global_group_stats(
+    rows: Sequence[Mapping[str, Any]], rewards: Sequence[float], config: Any, all_reduce: Callable[[list], list]
+) -> dict[Hashable, tuple[float, float]] | None:
+    """The ``(mean, std)`` of a group spread over processes (a ``whole_batch`` grouping), from every
+    process's :func:`vote_moments` summed by ``all_reduce``; None when each process holds whole groups."""
+    if not grouping_of(config.detect_advantage_groups).whole_batch:
+        return None
+    return batch_group_stats(all_reduce(vote_moments(rows, rewards, config)))  # the iteration's votes
 
 
 def vote_moments(rows: Sequence[Mapping[str, Any]], rewards: Sequence[float], config: Any) -> list[float]:
@@ -157,8 +215,9 @@ def vote_moments(rows: Sequence[Mapping[str, Any]], rewards: Sequence[float], co
     >>> vote_moments([{}, {}], [1.0, 0.0], SpyRLConfig(detect_advantage_groups="batch"))
     [1.0, 1.0, 2]
     """
-    if config.vote_gradient == "expected":
-        return expected_moments(rows, config.game_config().weight_detect)
+    gradient = vote_gradient_of(config.vote_gradient)
+    if gradient.moments is not None:
+        return gradient.moments(rows, config.game_config().weight_detect)
     r = np.asarray(rewards, dtype=np.float64)
     return [float(r.sum()), float((r * r).sum()), len(rows)]
 
@@ -193,10 +252,9 @@ def stage_advantages(
     eps = config.advantage_eps
     if stage is Stage.VOTE:
         groups = advantage_groups(rows, config.detect_advantage_groups)
-        if config.vote_gradient == "expected":  # reasoning tokens: the vote's expected reward, normalised alike
-            return expected_advantages(rows, groups, config.game_config().weight_detect, eps, group_stats)[1]
-        if config.vote_gradient == "supervised":  # a labels-only reference: nothing but the choice trains
-            return np.zeros(len(rows))
+        gradient = vote_gradient_of(config.vote_gradient)
+        if gradient.weights is not None:  # e.g. expected: reasoning tokens get the vote's expected reward, normalised
+            return gradient.weights(rows, groups, config.game_config().weight_detect, eps, group_stats)[1]
         return group_normalized_advantages(rewards, groups, eps=eps, stats=group_stats)
     roles = [r["role"] for r in rows]
     if config.rae:
@@ -220,13 +278,12 @@ def choice_advantages(
 ) -> list[np.ndarray | None]:
     """Per row, the weights of its choices for ``vote_gradient`` expected (``Â_k``) or supervised (1 on the
     spy); None for rows that train by their sampled choice (:mod:`trainers.choices`)."""
-    if stage is not Stage.VOTE or config.vote_gradient == "sampled":
+    gradient = vote_gradient_of(config.vote_gradient)
+    if stage is not Stage.VOTE or gradient.weights is None:
         return [None] * len(rows)
-    if config.vote_gradient == "supervised":
-        return supervised_targets(rows)
     groups = advantage_groups(rows, config.detect_advantage_groups)
     weight = config.game_config().weight_detect
-    return expected_advantages(rows, groups, weight, config.advantage_eps, group_stats)[0]
+    return gradient.weights(rows, groups, weight, config.advantage_eps, group_stats)[0]
 
 
 def trainable_samples(

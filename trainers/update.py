@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from trainers.choices import Choice, choice_loss
+from trainers.choices import Choice, vote_gradient_of
 from trainers.config import SpyRLConfig
 from trainers.logprobs import pad_to, sequence_logps
 from trainers.loss import ChoiceTerms, LossConfig, LossScale, clipped_policy_loss
@@ -182,7 +182,8 @@ def _choice_terms(
 ) -> ChoiceTerms | None:
     """``vote_gradient`` expected/supervised: each vote's loss at its choice token (B,) and where that
     token is (B, T); None when every row trains by its sampled choice."""
-    if vote_gradient == "sampled" or not any(c is not None for c in batch.coefficients):
+    loss = vote_gradient_of(vote_gradient).loss
+    if loss is None or not any(c is not None for c in batch.coefficients):  # the sampled choice: a token as any
         return None
     losses, at = [], torch.zeros_like(logps, dtype=torch.float32)  # (B, T)
     for k, (choice, logq, coefficients) in enumerate(zip(batch.choices, choice_logps, batch.coefficients, strict=True)):
@@ -190,16 +191,7 @@ def _choice_terms(
             losses.append(torch.zeros((), dtype=torch.float32, device=logps.device))
             continue
         old = batch.old_choices[k] if batch.old_choices and batch.old_choices[k] is not None else logq.detach()
-        losses.append(
-            choice_loss(
-                logq,
-                old.to(logq),
-                coefficients.to(logq),
-                vote_gradient,
-                batch.loss.epsilon_low,
-                batch.loss.epsilon_high,
-            )
-        )
+        losses.append(loss(logq, old.to(logq), coefficients.to(logq), batch.loss.epsilon_low, batch.loss.epsilon_high))
         at[k, choice.step] = 1.0
     return ChoiceTerms(torch.stack([x.float() for x in losses]), at)
 

@@ -14,7 +14,9 @@ from urllib.parse import urlsplit
 
 from agents.registry import spec_problem
 from spy_env.config import GameConfig, check_types
+from trainers.choices import VOTE_GRADIENTS, vote_gradient_of
 from trainers.loss import AGGREGATIONS
+from trainers.samples import ADVANTAGE_GROUPINGS, grouping_of
 
 __all__ = ["GENERATION", "KL_ESTIMATORS", "LEVELS", "LOSS_TYPES", "SCHEDULES", "validate"]
 
@@ -37,8 +39,8 @@ CHOICES = {
     "loss_type": AGGREGATIONS,  # read when checked: a registered aggregation is a choice
     "perform_ratio_level": LEVELS,
     "detect_ratio_level": LEVELS,
-    "detect_advantage_groups": ("game", "prompt", "batch"),
-    "vote_gradient": ("sampled", "expected", "supervised"),
+    "detect_advantage_groups": ADVANTAGE_GROUPINGS,  # read when checked, as loss_type
+    "vote_gradient": VOTE_GRADIENTS,  # read when checked, as loss_type
     "mini_batch_unit": ("samples", "documents"),
     "document_order": ("random", "epoch"),
     "kl_estimator": KL_ESTIMATORS,
@@ -101,18 +103,20 @@ def _choices(config: Any) -> None:
 def _batching(config: Any) -> None:
     if config.mini_batch_unit == "samples" and config.mini_batch_size % config.micro_batch_size:
         raise _bad(config, "mini_batch_size", f"a multiple of micro_batch_size ({config.micro_batch_size})")
-    if config.detect_advantage_groups == "prompt" and (not config.replay_setup or config.games_per_document < 2):
+    needs_replays = grouping_of(config.detect_advantage_groups).needs_replayed_setups
+    if needs_replays and (not config.replay_setup or config.games_per_document < 2):
         # without replayed setups every vote prompt is unique: one-member groups, every advantage 0
         raise _bad(config, "detect_advantage_groups", "'game' unless replay_setup is on and games_per_document >= 2")
 
 
 def _votes(config: Any) -> None:
-    if config.vote_gradient != "sampled" and (config.vote_mode == "free" or config.generation != "hf"):
+    gradient = vote_gradient_of(config.vote_gradient)
+    if gradient.scores_choices and (config.vote_mode == "free" or config.generation != "hf"):
         # a free vote has no choice step, and vLLM rollouts do not record which tokens were allowed
         raise _bad(
             config, "vote_gradient", "'sampled' unless vote_mode is constrained or think-then-vote with generation hf"
         )
-    if config.vote_gradient == "expected" and (config.temperature != 1 or config.top_p < 1):
+    if gradient.exact_distribution and (config.temperature != 1 or config.top_p < 1):
         # the choice distributions q are recorded at temperature 1 over every legal seat: the votes must be
         # drawn from that q for Σ_k q_k ... to be their expectation and for q to be the behaviour policy
         raise _bad(config, "vote_gradient", "'sampled' or 'supervised' unless temperature is 1 and top_p 1")
