@@ -134,6 +134,7 @@ def test_completions_for_other_prompts_are_refused(tiny):
     class Misaligned:  # what server mode's slicing returns when processes' batch sizes differ
         structured_outputs_regex = None
         max_completion_length = 4
+        max_model_length = None  # as VLLMGeneration holds it
 
         def generate(self, prompts, images, num_generations):
             shifted = [*prompts[1:], [7, 7]]
