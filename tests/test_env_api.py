@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
+from pathlib import Path
 
 import pytest
 from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, seed_test
@@ -138,3 +139,8 @@ def test_pettingzoo_make_needs_spy_env_imported_first_as_documented(tmp_path):
     assert alone.returncode != 0 and "NamespaceNotFound" in alone.stderr  # PettingZoo has no plugin discovery
     imported = subprocess.run([sys.executable, "-c", "import spy_env; " + code], capture_output=True, text=True)
     assert imported.returncode == 0, imported.stderr
+    # and the pages a user reads say so where they show pettingzoo.make
+    root = Path(__file__).resolve().parents[1]
+    for page in ("README.md", "docs/integrations.md"):
+        text = " ".join((root / page).read_text(encoding="utf-8").split())
+        assert "import spy_env" in text.split("pettingzoo.make(", 1)[1][:200], page  # next to the call

@@ -160,6 +160,36 @@ def test_the_model_is_loaded_once_for_every_session_and_http_call(llm_dir, monke
     assert len(loads) == 1
 
 
+def test_parallel_http_resets_do_not_stall_the_server(server):
+    """Six clients reset at once (each HTTP call builds a fresh environment) while another polls
+    ``/health`` and ``/metadata``: every reset is a 200 and neither probe waits behind them. When each
+    environment loaded its own seat model on the event loop, a reset took 15 s and stalled ``/health``
+    as long."""
+    _, _, url, _ = server
+    results: list[tuple[int, float]] = []
+
+    def reset(seed: int) -> None:
+        start = time.monotonic()
+        status, _ = _post(url, "/reset", json.dumps({"seed": seed}).encode())
+        results.append((status, time.monotonic() - start))
+
+    threads = [threading.Thread(target=reset, args=(seed,)) for seed in range(6)]
+    for thread in threads:
+        thread.start()
+    probes = []
+    while any(thread.is_alive() for thread in threads) or not probes:
+        for path in ("/health", "/metadata"):
+            start = time.monotonic()
+            with urllib.request.urlopen(url + path, timeout=30) as reply:
+                assert reply.status == 200
+            probes.append(time.monotonic() - start)
+    for thread in threads:
+        thread.join(timeout=120)
+    assert sorted(status for status, _ in results) == [200] * 6
+    assert max(seconds for _, seconds in results) < 10, results
+    assert max(probes) < 2.0, probes  # a probe is answered while the resets run
+
+
 @pytest.mark.parametrize(
     ("body", "status", "message"),
     [

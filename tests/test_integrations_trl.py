@@ -330,3 +330,27 @@ def test_grpo_trains_from_live_self_play_through_rollout_func(tiny_model_dir, tm
             if stage == "vote":  # the other seats' live votes are in the game: the reward replays exactly
                 want = replay_rewards(config, [game], [text], Stage.VOTE)[0]["reward"]
                 assert reward == pytest.approx(want)
+
+
+def test_the_live_self_play_example_trains_and_writes_a_checkpoint_only_when_asked(tiny_model_dir, tmp_path):
+    """``examples/trl_grpo.py`` as a user runs it (here one step on the tiny model): it trains from live
+    games, leaves ``runs/trl-grpo`` without a checkpoint, and saves the model with ``--save``."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "trl_grpo.py"
+    for extra in ([], ["--save"]):
+        cwd = tmp_path / ("save" if extra else "plain")
+        cwd.mkdir()
+        proc = subprocess.run(
+            [sys.executable, str(example), "--steps", "1", "--model", str(tiny_model_dir), *extra],
+            cwd=cwd, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "'train_runtime'" in proc.stdout + proc.stderr  # TRL's summary: the step ran
+        written = sorted(str(p.relative_to(cwd)) for p in (cwd / "runs").rglob("*") if p.is_file())
+        if extra:
+            assert "runs/trl-grpo/final/model.safetensors" in written
+        else:
+            assert written == []  # no checkpoint, no saved model
