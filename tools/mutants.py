@@ -3,7 +3,7 @@
 For each mutant (a source-text substitution that implements a plausible wrong reading of one row of
 the FIDELITY table), the script copies the repository to a temporary folder (the working tree is never
 touched), applies the substitution there, and runs the tests the row names (every
-``tests/FILE.py::NAME`` in the row) with ``pytest -x -q``. A mutant is *killed* when they fail,
+``tests/FILE.py::NAME`` in the row) with ``pytest -x -q -n 0``. A mutant is *killed* when they fail,
 *survived* when they pass; a substitution whose text is not found is an *error* (the script is stale).
 The unmutated copy runs every named test first: they must pass.
 
@@ -199,7 +199,8 @@ def named_tests() -> dict[str, list[str]]:
 
 def run_tests(repo: Path, tests: list[str], timeout: int) -> tuple[int, str]:
     env = {**os.environ, "PYTHONPATH": str(repo), "PYTHONDONTWRITEBYTECODE": "1"}
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "", *tests]
+    # -n 0: one process, so a failure is exit code 1 (under xdist, -x stops with 2, "interrupted")
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider", "-m", "", *tests]
     try:
         proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
