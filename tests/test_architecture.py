@@ -146,11 +146,11 @@ def test_code_comments_and_docs_cite_only_files_of_the_repository():
     ]
     assert found == []
     # and the check can fail: a note outside the repository, a section of one, a path leaving it
-    outside = "see DESIGN \u00a74 and ../shared/notes.md, docs/NOPE.md; runs/x.json is an output"
+    outside = "see PLAN \u00a74 and ../outside/notes.md, docs/NOPE.md; runs/x.json is an output"
     assert _missing_citations(outside, Path("spy_env/game.py"), files) == [
-        "../shared/notes.md",
+        "../outside/notes.md",
         "docs/NOPE.md",
-        "DESIGN \u00a7",
+        "PLAN \u00a7",
     ]
 
 
