@@ -251,14 +251,20 @@ def test_prompt_groups_compare_a_seats_vote_across_replayed_games():
         SpyRLConfig(detect_advantage_groups="prompt", replay_setup=False)
 
 
-def test_perform_group_norm_keeps_the_rae_baseline():
+def _group_norm_spy(second_game_votes: list[int]) -> tuple[SpyRLConfig, list, list]:
+    """``perform_group_norm`` over one replay group of two games (spy in seat 3, b_spy = −2): the
+    config, every selected sample, and the spy's samples."""
     config = SpyRLConfig(perform_group_norm=True)
     trainer = fake_trainer(config)
     trainer.rae.baselines = {"civilian": 0.0, "spy": -2.0}
-    rows = game_rows(0, [2, 2, 0], spy=2, group_id=3) + game_rows(1, [2, 0, 0], spy=2, group_id=3)
+    rows = game_rows(0, [2, 0, 0], spy=2, group_id=3) + game_rows(1, second_game_votes, spy=2, group_id=3)
     selected = SpyRLTrainer.select_samples(trainer, rows, "perform")[0]
-    spy = [s for s in selected if s.row["role"] == "spy"]
-    rewards = np.array([s.row["reward_perform"] for s in spy])  # -1.5, -0.5
+    return config, selected, [s for s in selected if s.row["role"] == "spy"]
+
+
+def test_perform_group_norm_keeps_the_rae_baseline():
+    config, _, spy = _group_norm_spy([2, 2, 0])
+    rewards = np.array([s.row["reward_perform"] for s in spy])  # 0.0 and -1.5: a spread to scale by
     expected = (rewards + 2.0) / (rewards.std() + config.advantage_eps)
     assert [s.advantage for s in spy] == pytest.approx(expected.tolist())
     assert np.mean(expected) > 0  # group re-centring would have made it 0, discarding b_spy
@@ -268,12 +274,7 @@ def test_perform_group_norm_leaves_a_group_of_equal_rewards_unscaled():
     """A replay group whose spy earned the same reward in every game has no spread: its RAE advantages
     stay r − b_spy. Divided by ε alone they were 10,000 times that (the self-play experiment's attempt 2
     saw a gradient norm of 4,448)."""
-    config = SpyRLConfig(perform_group_norm=True)
-    trainer = fake_trainer(config)
-    trainer.rae.baselines = {"civilian": 0.0, "spy": -2.0}
-    rows = game_rows(0, [2, 0, 0], spy=2, group_id=3) + game_rows(1, [2, 0, 0], spy=2, group_id=3)
-    selected = SpyRLTrainer.select_samples(trainer, rows, "perform")[0]
-    spy = [s for s in selected if s.row["role"] == "spy"]
+    _, selected, spy = _group_norm_spy([2, 0, 0])
     rewards = [s.row["reward_perform"] for s in spy]
     assert rewards[0] == rewards[1]
     assert [s.advantage for s in spy] == pytest.approx([r + 2.0 for r in rewards])
