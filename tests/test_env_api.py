@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import re
 import warnings
 from pathlib import Path
 
 import pytest
 from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, seed_test
+from pettingzoo.utils import BaseWrapper
 
 import spy_env
 from spy_env.degrade import DEGRADERS
@@ -63,10 +65,8 @@ def test_registered_with_pettingzoo():
 
 # ---- issue #28: the rest of PettingZoo's own test functions, max_cycles, state() and a short repr.
 # pettingzoo.test exports: api_test, parallel_api_test, seed_test, parallel_seed_test (above),
-# max_cycles_test, render_test, state_test (here). Not run: manual_control_test needs a keyboard-driven
-# manual_control() (this env has none); test_save_obs saves image observations (Box 0..255; these are
-# text); bombardment_test checks the return value of AEC step(), which PettingZoo's API makes None,
-# so it fails on PettingZoo's own classic rps_v2 as well; performance_benchmark is a timing loop.
+# max_cycles_test, render_test, state_test, test_save_obs, performance_benchmark, bombardment_test and
+# manual_control_test (here): every one of them runs.
 
 
 class _Module:
@@ -144,3 +144,65 @@ def test_pettingzoo_make_needs_spy_env_imported_first_as_documented(tmp_path):
     for page in ("README.md", "docs/integrations.md"):
         text = " ".join((root / page).read_text(encoding="utf-8").split())
         assert "import spy_env" in text.split("pettingzoo.make(", 1)[1][:200], page  # next to the call
+
+
+def test_pettingzoo_save_obs_declines_text_observations(tmp_path, monkeypatch, capsys):
+    from pettingzoo.test import test_save_obs
+
+    monkeypatch.chdir(tmp_path)
+    test_save_obs(spy_env.env(n_players=3))
+    # PettingZoo's own verdict for an environment whose observations are not images: nothing saved
+    assert (
+        "did not save the observations:  Observations must be Box to save observations as image"
+        in capsys.readouterr().out
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_pettingzoo_performance_benchmark_plays_games_for_its_five_seconds(capsys):
+    from pettingzoo.test import performance_benchmark
+
+    performance_benchmark(spy_env.env(n_players=3, rounds=2))
+    turns = re.search(r"([0-9.e+]+) turns per second", capsys.readouterr().out)
+    assert turns and float(turns.group(1)) > 10  # random text every turn, games reset as they end
+
+
+class _StepReturnsObservation(BaseWrapper):
+    """What bombardment_test assumes of an old API: ``step`` returns the next agent's observation (PettingZoo's
+    AEC ``step`` returns None, so the unwrapped environment fails it, as PettingZoo's own classic games do)."""
+
+    def step(self, action):
+        super().step(action)
+        return self.observe(self.agent_selection) if self.agents else None
+
+
+def test_pettingzoo_bombardment_test():
+    from pettingzoo.classic import rps_v2
+    from pettingzoo.test import bombardment_test
+
+    for env in (rps_v2.env(), spy_env.env(n_players=3)):
+        with pytest.raises(AssertionError, match="outside of its observation space"):
+            bombardment_test(env, cycles=2)
+    bombardment_test(_StepReturnsObservation(spy_env.env(n_players=3, rounds=2)), cycles=60)
+
+
+# its keyboard thread presses keys through pynput (X11, for the pixel games; absent here): this text game reads
+# lines, which the test types in through input_fn instead
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_pettingzoo_manual_control_test_plays_a_game_from_typed_lines():
+    from pettingzoo.test import manual_control_test
+
+    from agents.human import manual_control
+
+    typed = iter(["Problem: add 2 and 2.", "Solution: $\\boxed{4}$", ".", "2", "."] * 4)
+    shown: list[str] = []
+    totals: dict[str, float] = {}
+
+    def play():
+        totals.update(manual_control(input_fn=lambda _: next(typed), print_fn=shown.append, n_players=3, seed=0))
+
+    manual_control_test(play)
+    assert set(totals) == {"player_0", "player_1", "player_2"} and sum(totals.values()) > 0
+    assert any("PERFORM" in text for text in shown) and any("VOTE" in text for text in shown)
+    with pytest.raises(ValueError, match=r"seat must be in 0\.\.2"):
+        manual_control(seat=3, n_players=3)
