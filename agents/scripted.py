@@ -1,4 +1,4 @@
-"""Scripted baselines: ``random``, ``heuristic`` (lexical) and ``heuristic-matched``, no model involved.
+"""Scripted baselines, no model involved: ``random``, ``heuristic`` (lexical) and its two matched forms.
 
 All read only the structured observation fields (``copy``, ``performances``,
 ``vote_targets``, ``stage``), never the rendered prompt.
@@ -16,6 +16,14 @@ embedded corpus, chosen by its seeded generator), and a fixed filler sentence pa
 the length. As the game's performer it makes an eased game whose spy no rule on length or number
 count can find (``agents/rules.py``): only what the performance says, compared with one's own
 copy, separates the spy.
+
+``heuristic-disjoint`` is ``heuristic-matched`` whose performers also write *different* texts: seat
+``k`` of ``n`` takes the copy's numbers and terms ranked ``k, k + n, k + 2n, …`` (its own share of
+the copy), so two civilians' performances share no number or term of the document, just as the
+spy's decoy shares none with theirs. Scripted civilians who all write the same text make the spy
+"the text unlike the others" (the rule ``odd-one-out`` finds it without reading any copy); here no
+rule that reads only the performances can, and it votes as the heuristic does against its whole
+copy (every number and term of it, not the first three), which still finds the spy.
 """
 
 from __future__ import annotations
@@ -32,7 +40,14 @@ from agents.registry import any_argument, register_backend
 from spy_env.policy import Observation, Policy
 from spy_env.stage import Stage
 
-__all__ = ["MATCHED_CHARS", "MATCHED_NUMBERS", "HeuristicAgent", "MatchedHeuristicAgent", "RandomAgent"]
+__all__ = [
+    "MATCHED_CHARS",
+    "MATCHED_NUMBERS",
+    "DisjointHeuristicAgent",
+    "HeuristicAgent",
+    "MatchedHeuristicAgent",
+    "RandomAgent",
+]
 
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w])")
 _TERM = re.compile(r"[A-Za-z]{5,}")
@@ -162,11 +177,13 @@ class HeuristicAgent:
             f"compute their sum.\nSolution: {expr} = {shown}. $\\boxed{{{shown}}}$"
         )
 
+    def _known(self, copy: str) -> tuple[set[str], set[str]]:
+        """The numbers and terms of its own copy that a performance is checked against."""
+        return set(self._salient(copy)), set(_terms(copy, 30))
+
     def _vote(self, obs: Observation) -> str:
         legal = legal_seats(obs)
-        copy = obs["copy"]
-        salient = set(self._salient(copy))
-        own_terms = set(_terms(copy, 30))
+        salient, own_terms = self._known(obs["copy"])
         scores = {}
         for seat in legal:
             text = obs["performances"][seat]
@@ -189,6 +206,15 @@ _MATCHED_NUMBER_CHARS = 8  # longer numbers of the copy are skipped, so every pe
 _MATCHED_TERM_CHARS = 12
 _FILLER = "Each quantity is read from the text as written and every step is shown. "
 _DECOY_CHARS = 600
+_DECOY_DRAWS = 64
+
+
+@functools.cache
+def _decoy_texts() -> tuple[str, ...]:
+    """The training documents of the embedded corpus, cut at 600 characters (never a held-out one)."""
+    from spy_env.corpus import CorpusFilter, load_corpus, split_documents
+
+    return tuple(d.text for d in split_documents(load_corpus("embedded", CorpusFilter(truncate=_DECOY_CHARS)))[0])
 
 
 @functools.cache
@@ -199,11 +225,8 @@ def _decoys() -> tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]:
     so a performance from an empty copy reads like one from a real copy (a fixed word list would be
     a shortcut of its own). Held-out documents (``spy_env.corpus.split_documents``) are never used.
     """
-    from spy_env.corpus import CorpusFilter, load_corpus, split_documents
-
-    documents = split_documents(load_corpus("embedded", CorpusFilter(truncate=_DECOY_CHARS)))[0]
     matched = MatchedHeuristicAgent(seed=0)
-    pairs = ((tuple(_terms(d.text, 3)), tuple(matched._salient(d.text))) for d in documents)
+    pairs = ((tuple(_terms(text, 3)), tuple(matched._salient(text))) for text in _decoy_texts())
     return tuple((terms, numbers) for terms, numbers in pairs if len(terms) == len(numbers) == MATCHED_NUMBERS)
 
 
@@ -226,14 +249,20 @@ class MatchedHeuristicAgent(HeuristicAgent):
         seen = dict.fromkeys(n for n in numbers_in(copy) if len(n) <= _MATCHED_NUMBER_CHARS)
         return list(seen)[: self.n_numbers]
 
+    def _material(self, obs: Observation) -> tuple[list[str], list[str]]:
+        """The numbers and terms of the copy this performance names (before any decoy fills them)."""
+        return self._salient(obs["copy"]), _terms(obs["copy"], 3)
+
+    def _fill(self, obs: Observation, numbers: list[str], terms: list[str]) -> None:
+        """Complete ``numbers`` and ``terms`` (in place) from one decoy document drawn by the generator."""
+        decoy_terms, decoy_numbers = _decoys()[int(self.rng.integers(len(_decoys())))]
+        numbers += [n for n in decoy_numbers if n not in numbers][: self.n_numbers - len(numbers)]
+        terms += [t for t in decoy_terms if t not in terms][: 3 - len(terms)]
+
     def _perform(self, obs: Observation) -> str:
-        copy = obs["copy"]
-        numbers = self._salient(copy)
-        terms = _terms(copy, 3)
+        numbers, terms = self._material(obs)
         if len(numbers) < self.n_numbers or len(terms) < 3:
-            decoy_terms, decoy_numbers = _decoys()[int(self.rng.integers(len(_decoys())))]
-            numbers += [n for n in decoy_numbers if n not in numbers][: self.n_numbers - len(numbers)]
-            terms += [t for t in decoy_terms if t not in terms][: 3 - len(terms)]
+            self._fill(obs, numbers, terms)
         terms = [t[:_MATCHED_TERM_CHARS] for t in terms]
         shown = format(sum(Decimal(n) for n in numbers), "f")
         problem = (
@@ -246,6 +275,39 @@ class MatchedHeuristicAgent(HeuristicAgent):
             raise ValueError(f"MatchedHeuristicAgent.chars={self.chars} is too short for a performance")
         filler = (" " + _FILLER * (pad // len(_FILLER) + 1))[:pad]
         return problem + filler + solution
+
+
+class DisjointHeuristicAgent(MatchedHeuristicAgent):
+    """``heuristic-matched`` with one share of the copy per seat, so no two performances share content.
+
+    Seat ``k`` of ``n`` names the copy's distinct numbers (of at most 8 characters) and its terms
+    (most frequent first) ranked ``k, k + n, k + 2n, …``, three of each; what its share lacks comes
+    from a decoy document as in the matched form. Voting, it scores each performance against its
+    whole copy: the share of the performance's numbers and of its terms that the copy holds.
+    """
+
+    def __init__(self, seed: int | None = 0, name: str = "heuristic-disjoint", chars: int = MATCHED_CHARS) -> None:
+        super().__init__(seed=seed, name=name, chars=chars)
+
+    def _material(self, obs: Observation) -> tuple[list[str], list[str]]:
+        copy, seat, n = obs["copy"], int(obs["seat"]), len(obs["performances"])
+        numbers = list(dict.fromkeys(x for x in numbers_in(copy) if len(x) <= _MATCHED_NUMBER_CHARS))
+        return numbers[seat::n][: self.n_numbers], _terms(copy, 1_000)[seat::n][:3]
+
+    def _fill(self, obs: Observation, numbers: list[str], terms: list[str]) -> None:
+        """Complete the share from the same seat's share of decoy documents (drawn until it is full), so
+        that what a spy writes from an empty copy is drawn as a civilian's is."""
+        texts = _decoy_texts()
+        for _ in range(_DECOY_DRAWS):
+            if len(numbers) >= self.n_numbers and len(terms) >= 3:
+                return
+            more_numbers, more_terms = self._material({**obs, "copy": texts[int(self.rng.integers(len(texts)))]})
+            numbers += [n for n in more_numbers if n not in numbers][: self.n_numbers - len(numbers)]
+            terms += [t for t in more_terms if t not in terms][: 3 - len(terms)]
+        super()._fill(obs, numbers, terms)  # a late seat of a large table: decoys' shares ran short
+
+    def _known(self, copy: str) -> tuple[set[str], set[str]]:
+        return set(numbers_in(copy)), set(_terms(copy, 1_000))
 
 
 def scripted_factory(agent: Callable[..., Policy]) -> Callable[..., Policy]:
@@ -279,11 +341,15 @@ _SCRIPTED_HELP = {
     "heuristic-matched": f"the heuristic, performing in matched form: every performance {MATCHED_CHARS} characters "
     f"with {MATCHED_NUMBERS} quantities, so no rule on length or number count finds the spy "
     "(`heuristic-matched:SEED` sets the seed)",
+    "heuristic-disjoint": "`heuristic-matched` with each seat writing from its own share of the copy's numbers and "
+    "terms, so no two performances share content and no rule that compares them finds the spy; votes against its "
+    "whole copy (`heuristic-disjoint:SEED` sets the seed)",
 }
 for _name, _agent in (
     ("random", RandomAgent),
     ("heuristic", HeuristicAgent),
     ("heuristic-matched", MatchedHeuristicAgent),
+    ("heuristic-disjoint", DisjointHeuristicAgent),
 ):
     register_backend(_name, help=_SCRIPTED_HELP[_name], accepts=any_argument, check=seed_problem(_name))(
         scripted_factory(_agent)

@@ -25,7 +25,11 @@ civilian votes on the spy) with its 95% bootstrap interval over games:
 - ``eased-train``: 400 games of the eased game on the training documents (what training plays);
 - ``matched-train``, ``matched-heldout``: the same 400 games and the 32 held-out games with the
   length-matched performer ``heuristic-matched`` (every performance the same length and number
-  count): every rule should sit at chance there, within its interval.
+  count): every single-text rule sits at chance there, but ``odd-one-out`` does not (civilians
+  write the same text);
+- ``disjoint-train``, ``disjoint-heldout``: the same games with ``heuristic-disjoint`` (matched, and
+  each seat writes from its own share of its copy, so no two performances share content): every
+  rule, ``odd-one-out`` included, should sit at chance there, within its interval.
 
 For each setting the JSON records the spy's-performance-is-the-shortest share, the strongest rule
 (the highest detection accuracy among the four rules) and, where the results are committed, the
@@ -36,6 +40,8 @@ settings as the experiments do (greedy constrained votes; on ``eased-heldout`` i
     python experiments/rule_baselines.py --out /tmp/rules.json          # the rules alone: about 2 min
     python experiments/rule_baselines.py --base-model matched-heldout,eased-heldout \
         --out docs/experiment/rule_baselines.json                        # the committed file: 22 min, 2-core CPU
+    python experiments/rule_baselines.py --only disjoint-train,disjoint-heldout --base-model disjoint-heldout \
+        --out docs/experiment/rule_baselines_disjoint.json               # the disjoint game's table
 """
 
 from __future__ import annotations
@@ -110,6 +116,10 @@ def settings(train_games: int, baseline_games: int) -> list[Setting]:
                 eased, train, train_games, 0, "heuristic-matched"),
         Setting("matched-heldout", "the length-matched eased game on the held-out games",
                 eased, heldout, 32, HELDOUT_SEED, "heuristic-matched"),
+        Setting("disjoint-train", "the length-matched eased game with disjoint performances, training documents",
+                eased, train, train_games, 0, "heuristic-disjoint"),
+        Setting("disjoint-heldout", "the length-matched eased game with disjoint performances, held-out games",
+                eased, heldout, 32, HELDOUT_SEED, "heuristic-disjoint"),
     ]  # fmt: skip
     full = GameConfig()
     corpus = tuple(_all_documents(full))

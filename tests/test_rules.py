@@ -14,7 +14,7 @@ import pytest
 
 import agents
 from agents.rules import RULES, SINGLE_TEXT_RULES, RuleAgent, overlap
-from agents.scripted import MATCHED_CHARS, HeuristicAgent, MatchedHeuristicAgent, numbers_in
+from agents.scripted import MATCHED_CHARS, DisjointHeuristicAgent, HeuristicAgent, MatchedHeuristicAgent, numbers_in
 from spy_env.config import GameConfig
 from spy_env.heldout import bootstrap
 from spy_env.runner import Runner
@@ -135,6 +135,52 @@ def test_matched_performer_takes_its_copy_and_fills_only_what_it_lacks():
     assert len(set(blank)) > 1 and {len(t) for t in blank} == {MATCHED_CHARS}
     with pytest.raises(ValueError, match="too short"):
         MatchedHeuristicAgent(chars=50).act([perform])
+
+
+def _quantities(text: str) -> list[str]:
+    return re.search(r"Using its quantities ([^.]*), compute", text).group(1).split(", ")
+
+
+def _topics(text: str) -> list[str]:
+    return re.search(r"The source discusses ([^.]*)\. Using", text).group(1).split(", ")
+
+
+def test_disjoint_performers_write_from_their_own_share_of_the_copy():
+    copy = "A 11 B 12 C 13 D 14 E 15 F 16 G 17 H 18 I 19 " + " ".join(
+        f"{w} " * (20 - k) for k, w in enumerate(["alpha", "bravo", "charl", "delta", "echoo", "foxtr", "golfy",
+                                                  "hotel", "india"])
+    )  # fmt: skip
+    texts = [
+        DisjointHeuristicAgent(seed=0).act([{"stage": Stage.PERFORM.index, "copy": copy, "seat": k,
+                                             "performances": ("",) * 3}])[0]
+        for k in range(3)
+    ]  # fmt: skip
+    assert [_quantities(t) for t in texts] == [["11", "14", "17"], ["12", "15", "18"], ["13", "16", "19"]]
+    assert [_topics(t) for t in texts] == [["alpha", "delta", "golfy"], ["bravo", "echoo", "hotel"],
+                                           ["charl", "foxtr", "india"]]  # fmt: skip
+    # an empty copy (the eased game's spy) draws its seat's share of decoy documents, in the same form
+    blank = [
+        DisjointHeuristicAgent(seed=s).act([{"stage": Stage.PERFORM.index, "copy": "", "seat": 1,
+                                             "performances": ("",) * 5}])[0]
+        for s in range(6)
+    ]  # fmt: skip
+    assert len(set(blank)) > 1 and {len(t) for t in blank} == {MATCHED_CHARS}
+    assert {len(numbers_in(t)) for t in blank} == {8} and {len(_topics(t)) for t in blank} == {3}
+    # a late seat of a large table, whose share of any decoy is short, still gets three of each
+    late = DisjointHeuristicAgent(seed=0).act([{"stage": Stage.PERFORM.index, "copy": "", "seat": 9,
+                                                "performances": ("",) * 10}])[0]  # fmt: skip
+    assert len(_quantities(late)) == 3 and len(late) == MATCHED_CHARS
+
+
+def test_no_rule_finds_the_spy_among_disjoint_performances_but_the_copy_does():
+    for rule in RULES:
+        if rule == "first-seat":  # reads no performance: the same votes whoever performs (matched-train's table)
+            continue
+        accuracy = bootstrap(_eased_games(rule, "heuristic-disjoint", 200)[0])
+        assert accuracy.low <= 0.5 <= accuracy.high, (rule, accuracy)
+    # civilians who perform alike make the spy the odd text; disjoint ones do not
+    assert bootstrap(_eased_games("odd-one-out", "heuristic-matched", 60)[0]).mean > 0.9
+    assert bootstrap(_eased_games("heuristic-disjoint", "heuristic-disjoint", 60)[0]).mean > 0.9
 
 
 def _experiment():
