@@ -38,14 +38,17 @@ import argparse
 import copy
 import json
 import logging
+import math
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from agents.rules import RULES
 from spy_env.extras import require
 from spy_env.heldout import bootstrap, evaluate_heldout, paired_difference, summarize
 from spy_env.io import refuse_existing_outputs, save_figure, write_text
+from spy_env.stage import Stage
 from spyrl.evaluation.bench import run_bench
 from trainers import SpyRLConfig, SpyRLTrainer
 from trainers.extras import PLOTS
@@ -129,6 +132,49 @@ def summary(result: dict[str, list[dict]], base: dict[str, list[dict]] | None = 
 
 def _mean(games: list[dict], metric: str) -> Any:
     return bootstrap([g[metric] for g in games])
+
+
+def rule_accuracy(rows: list[dict], rule: str) -> list[float]:
+    """Per first-round civilian vote: the share of ``rule``'s tied picks that is the spy (rules of
+    ``agents/rules.py`` applied to the performances these games' voters saw)."""
+    texts: dict[tuple[int, int], str] = {}
+    for r in rows:
+        if r["stage"] == Stage.PERFORM and r["round"] == 0:
+            texts[r["game_id"], r["seat"]] = r["completion"]
+    out = []
+    for r in rows:
+        if r["stage"] != Stage.VOTE or r["round"] != 0 or r["role"] != "civilian":
+            continue
+        seats = sorted(s for g, s in texts if g == r["game_id"])
+        shown = [texts[r["game_id"], s] for s in seats]
+        scores = {s: RULES[rule].score(s, shown[s], shown) for s in seats if s != r["seat"]}
+        low = [s for s, v in scores.items() if v == min(scores.values())]
+        out.append(float(r["spy_seat"] in low) / len(low))
+    return out
+
+
+def probe(args: argparse.Namespace) -> dict[str, Any]:
+    """The untrained model in every seat on ``--probe`` iterations' training games (no update): how often its
+    sampled votes and each rule's find the spy among the model's own performances, first round."""
+    config = row_config("selfplay", args)
+    trainer = SpyRLTrainer(config)
+    rows: list[dict] = []
+    for iteration in range(args.probe):
+        trainer.iteration = iteration
+        rows += list(trainer.rollouts())
+    votes = [r for r in rows if r["stage"] == Stage.VOTE and r["round"] == 0 and r["role"] == "civilian"]
+    expected = [r["vote_probs"][r["spy_seat"]] if len(r["vote_probs"]) else math.nan for r in votes]
+    out = {
+        "games": len({r["game_id"] for r in rows}),
+        "civilian_votes": len(votes),
+        "chance": 1 / (config.game_config().n_players - 1),
+        "model_sampled": bootstrap([float(r["vote"] == r["spy_seat"]) for r in votes]).to_dict(),
+        "model_expected": bootstrap(expected).to_dict(),
+        "rules": {rule: bootstrap(rule_accuracy(rows, rule)).to_dict() for rule in RULES},
+    }
+    tokens = [len(r["completion_token_ids"]) for r in rows if r["stage"] == Stage.PERFORM]
+    out["mean_performance_tokens"] = sum(tokens) / len(tokens)
+    return out
 
 
 def run_row(name: str, args: argparse.Namespace, base: dict[str, Any] | None) -> tuple[dict, dict]:
@@ -244,6 +290,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=12345, help="seed of the held-out detection games")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="SpyRLConfig override")
     p.add_argument("--quick", action="store_true", help="a few-minute run of the same pipeline")
+    p.add_argument(
+        "--probe", type=int, default=0, metavar="N",
+        help="only play N iterations' training games with the untrained model (no update) and write "
+        "selfplay_probe.json: how often its votes and each rule find the spy among its own performances",
+    )  # fmt: skip
     p.add_argument("--overwrite", action="store_true", help="replace earlier results")
     return p
 
@@ -264,16 +315,26 @@ def main(argv: list[str] | None = None) -> int:
         for name in full:
             if getattr(args, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+        if args.probe < 0:
+            raise ValueError("--probe must be >= 0")
         for name in rows:
             row_config(name, args)
         require([PLOTS])
-        refuse_existing_outputs([out / "selfplay_stages.json", out / "selfplay_stages.png"], overwrite=args.overwrite)
+        written = (
+            [out / "selfplay_probe.json"] if args.probe else [out / "selfplay_stages.json", out / "selfplay_stages.png"]
+        )
+        refuse_existing_outputs(written, overwrite=args.overwrite)
     except (ImportError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     start = time.perf_counter()
     command = "python experiments/selfplay_stages.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.probe:
+        result = {"command": command, **probe(args), "minutes": (time.perf_counter() - start) / 60}
+        write_text(out / "selfplay_probe.json", json.dumps(result, indent=1) + "\n")
+        print(json.dumps(result, indent=1))
+        return 0
     results: dict[str, Any] = {"command": command, "rows": []}
     base = None
     for name in rows:

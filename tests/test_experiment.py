@@ -116,6 +116,54 @@ def test_quick_selfplay_experiment_alternates_stages_and_pairs_every_evaluation(
     assert "Traceback" not in proc.stderr
 
 
+def _selfplay_stages():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("selfplay_stages", ROOT / "experiments" / "selfplay_stages.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_probe_scores_each_rule_on_the_performances_the_voters_saw():
+    def perform(game, seat, text, round_=0):
+        return {"game_id": game, "seat": seat, "stage": "perform", "round": round_, "completion": text}
+
+    def vote(game, seat, spy, role="civilian", round_=0):
+        return {"game_id": game, "seat": seat, "stage": "vote", "round": round_, "role": role, "spy_seat": spy}
+
+    rows = [
+        # game 0: the spy (seat 2) wrote the shortest text; seat 0 and seat 1 are civilians
+        perform(0, 0, "a long text 1 2 3"), perform(0, 1, "a long text 1 2 4"), perform(0, 2, "short"),
+        vote(0, 0, 2), vote(0, 1, 2), vote(0, 2, 2, role="spy"),
+        # game 1: the spy (seat 0) ties on length with seat 2: half a hit for the rule from seat 1
+        perform(1, 0, "same size"), perform(1, 1, "much longer one"), perform(1, 2, "same size"),
+        vote(1, 1, 0), vote(1, 2, 0),
+        perform(1, 0, "a later round is not scored", round_=1), vote(1, 1, 0, round_=1),
+    ]  # fmt: skip
+    module = _selfplay_stages()
+    assert module.rule_accuracy(rows, "shortest") == [1.0, 1.0, 0.5, 1.0]
+    assert module.rule_accuracy(rows, "longest") == [0.0, 0.0, 0.5, 0.0]
+    # seat 1 of game 1 sees "same size" twice: the spy's text is not the odd one there
+    assert module.rule_accuracy(rows, "odd-one-out")[2] == 0.5
+
+
+@pytest.mark.slow
+def test_selfplay_probe_plays_training_games_without_training(tmp_path):
+    _smollm2_or_skip()
+    proc = subprocess.run(
+        [sys.executable, "experiments/selfplay_stages.py", "--quick", "--probe", "1", "--set", "game.n_players=3",
+         "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    probe = json.loads((tmp_path / "selfplay_probe.json").read_text())
+    assert probe["games"] == 1 and probe["civilian_votes"] == 2 and probe["chance"] == 0.5
+    assert set(probe["rules"]) == {"shortest", "longest", "fewest-numbers", "first-seat", "odd-one-out"}
+    assert all(entry["n"] == 2 for entry in [probe["model_sampled"], *probe["rules"].values()])
+    assert not (tmp_path / "selfplay_stages.json").exists() and not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("script", ["smollm2_selfplay.py", "selfplay_stages.py"])
 def test_experiment_rejects_unknown_rows(tmp_path, script):
     proc = subprocess.run(
