@@ -230,6 +230,21 @@ def _decoys() -> tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]:
     return tuple((terms, numbers) for terms, numbers in pairs if len(terms) == len(numbers) == MATCHED_NUMBERS)
 
 
+@functools.cache
+def _common() -> tuple[frozenset[str], frozenset[str]]:
+    """The numbers and terms found in more than one decoy document (``1``, ``2``, ``number``, …).
+
+    ``heuristic-disjoint`` never writes them: civilians' shares of one copy never meet, and a spy's decoy
+    would otherwise meet a civilian's text on exactly these, making the spy the text *most* like the others.
+    """
+    numbers: Counter[str] = Counter()
+    terms: Counter[str] = Counter()
+    for text in _decoy_texts():
+        numbers.update(set(numbers_in(text)))
+        terms.update(set(_terms(text, 1_000)))
+    return frozenset(x for x, k in numbers.items() if k > 1), frozenset(t for t, k in terms.items() if k > 1)
+
+
 class MatchedHeuristicAgent(HeuristicAgent):
     """The heuristic, performing in matched form: :data:`MATCHED_CHARS` characters, :data:`MATCHED_NUMBERS` numbers.
 
@@ -273,8 +288,11 @@ class MatchedHeuristicAgent(HeuristicAgent):
         pad = self.chars - len(problem) - len(solution)
         if pad < 0:
             raise ValueError(f"MatchedHeuristicAgent.chars={self.chars} is too short for a performance")
-        filler = (" " + _FILLER * (pad // len(_FILLER) + 1))[:pad]
-        return problem + filler + solution
+        return problem + self._filler(pad) + solution
+
+    def _filler(self, pad: int) -> str:
+        """``pad`` characters between the problem and the solution: the filler sentence, cut to fit."""
+        return (" " + _FILLER * (pad // len(_FILLER) + 1))[:pad]
 
 
 class DisjointHeuristicAgent(MatchedHeuristicAgent):
@@ -291,8 +309,11 @@ class DisjointHeuristicAgent(MatchedHeuristicAgent):
 
     def _material(self, obs: Observation) -> tuple[list[str], list[str]]:
         copy, seat, n = obs["copy"], int(obs["seat"]), len(obs["performances"])
-        numbers = list(dict.fromkeys(x for x in numbers_in(copy) if len(x) <= _MATCHED_NUMBER_CHARS))
-        return numbers[seat::n][: self.n_numbers], _terms(copy, 1_000)[seat::n][:3]
+        common_numbers, common_terms = _common()
+        numbers = dict.fromkeys(x for x in numbers_in(copy) if len(x) <= _MATCHED_NUMBER_CHARS)
+        numbers = [x for x in numbers if x not in common_numbers]
+        terms = [t for t in _terms(copy, 1_000) if t not in common_terms]
+        return numbers[seat::n][: self.n_numbers], terms[seat::n][:3]
 
     def _fill(self, obs: Observation, numbers: list[str], terms: list[str]) -> None:
         """Complete the share from the same seat's share of decoy documents (drawn until it is full), so
@@ -308,6 +329,12 @@ class DisjointHeuristicAgent(MatchedHeuristicAgent):
 
     def _known(self, copy: str) -> tuple[set[str], set[str]]:
         return set(numbers_in(copy)), set(_terms(copy, 1_000))
+
+    def _filler(self, pad: int) -> str:
+        # whole filler sentences only, then spaces: every performance holds the same filler words, so how much
+        # room its content left changes no word a comparison of texts could count
+        whole = (pad - 1) // len(_FILLER)
+        return (" " + _FILLER * whole).ljust(pad)
 
 
 def scripted_factory(agent: Callable[..., Policy]) -> Callable[..., Policy]:

@@ -138,7 +138,7 @@ def test_matched_performer_takes_its_copy_and_fills_only_what_it_lacks():
 
 
 def _quantities(text: str) -> list[str]:
-    return re.search(r"Using its quantities ([^.]*), compute", text).group(1).split(", ")
+    return re.search(r"Using its quantities (.*?), compute", text).group(1).split(", ")
 
 
 def _topics(text: str) -> list[str]:
@@ -146,18 +146,23 @@ def _topics(text: str) -> list[str]:
 
 
 def test_disjoint_performers_write_from_their_own_share_of_the_copy():
-    copy = "A 11 B 12 C 13 D 14 E 15 F 16 G 17 H 18 I 19 " + " ".join(
-        f"{w} " * (20 - k) for k, w in enumerate(["alpha", "bravo", "charl", "delta", "echoo", "foxtr", "golfy",
-                                                  "hotel", "india"])
-    )  # fmt: skip
+    words = ["zqala", "zqbob", "zqcid", "zqdan", "zqeve", "zqfay", "zqgus", "zqhal", "zqivy"]
+    # "1" and "2" (and terms such as "number") are in many documents: a disjoint performer never writes them
+    copy = "A 90011 B 90012 1 C 90013 D 90014 2 E 90015 F 90016 G 90017 H 90018 I 90019 number number " + " ".join(
+        f"{w} " * (20 - k) for k, w in enumerate(words)
+    )
     texts = [
         DisjointHeuristicAgent(seed=0).act([{"stage": Stage.PERFORM.index, "copy": copy, "seat": k,
                                              "performances": ("",) * 3}])[0]
         for k in range(3)
     ]  # fmt: skip
-    assert [_quantities(t) for t in texts] == [["11", "14", "17"], ["12", "15", "18"], ["13", "16", "19"]]
-    assert [_topics(t) for t in texts] == [["alpha", "delta", "golfy"], ["bravo", "echoo", "hotel"],
-                                           ["charl", "foxtr", "india"]]  # fmt: skip
+    assert [_quantities(t) for t in texts] == [
+        ["90011", "90014", "90017"], ["90012", "90015", "90018"], ["90013", "90016", "90019"]
+    ]  # fmt: skip
+    assert [_topics(t) for t in texts] == [["zqala", "zqdan", "zqgus"], ["zqbob", "zqeve", "zqhal"],
+                                           ["zqcid", "zqfay", "zqivy"]]  # fmt: skip
+    # the filler is whole sentences: every performance holds the same filler words, whatever its content's length
+    assert len({frozenset(re.findall(r"\w+", t.split("sum.")[1].split("Solution")[0])) for t in texts}) == 1
     # an empty copy (the eased game's spy) draws its seat's share of decoy documents, in the same form
     blank = [
         DisjointHeuristicAgent(seed=s).act([{"stage": Stage.PERFORM.index, "copy": "", "seat": 1,
@@ -193,8 +198,11 @@ def _experiment():
 
 def test_committed_rule_table_is_current_and_on_the_experiments_games(tmp_path):
     committed = json.loads((ROOT / "docs" / "experiment" / "rule_baselines.json").read_text())
+    disjoint = json.loads((ROOT / "docs" / "experiment" / "rule_baselines_disjoint.json").read_text())
+    committed["settings"].update(disjoint["settings"])
     out = tmp_path / "rules.json"
-    assert _experiment().main(["--only", "eased-heldout,tuning-validation,matched-heldout", "--out", str(out)]) == 0
+    only = "eased-heldout,tuning-validation,matched-heldout,disjoint-heldout"
+    assert _experiment().main(["--only", only, "--out", str(out)]) == 0
     fresh = json.loads(out.read_text())["settings"]
     for name, setting in fresh.items():
         for voter, entry in setting["voters"].items():
@@ -204,6 +212,11 @@ def test_committed_rule_table_is_current_and_on_the_experiments_games(tmp_path):
     assert all(voters[r]["at_chance"] for voters in matched for r in SINGLE_TEXT_RULES)
     # ...but civilians who perform from the same copy write the same text: the odd one out is the spy
     assert all(voters["odd-one-out"]["detection_accuracy"]["low"] > 0.9 for voters in matched)
+    # ...and civilians who write from disjoint shares of their copy leave every rule at chance, not the copy
+    for name in ("disjoint-train", "disjoint-heldout"):
+        voters = disjoint["settings"][name]["voters"]
+        assert all(voters[r]["at_chance"] for r in RULES), name
+        assert voters["heuristic"]["detection_accuracy"]["low"] > 0.9
 
 
 def test_readme_first_result_names_the_strongest_rule_on_the_same_games():
