@@ -19,6 +19,10 @@ Games are drawn from the *training* split of the corpus (never the held-out docu
 kept for reported results). Each metric is a mean over games with its 95% bootstrap interval.
 
     python experiments/vote_probe.py --model smollm2 --model runs/fast/eased_model --out docs/experiment/vote_probe.json
+    python experiments/vote_probe.py --out docs/experiment/vote_probe_rules.json     # the rule baselines alone
+
+Every run also scores the rule baselines of ``agents/rules.py`` on the same votes (``rules``: the share
+of each rule's tied picks that is the spy), so each model's ``spy`` has its rules beside it.
 """
 
 from __future__ import annotations
@@ -82,19 +86,43 @@ def vote_observations(env: Any, performances: dict[str, str], seed: int) -> tupl
     return [obs[a] for a in env.agents], int(env.state()[2])  # state(): stage, round, spy seat, alive...
 
 
-def probe_game(voter: Any, env: Any, performances: dict[str, str], seed: int, rng: np.random.Generator) -> dict:
+def probe_setup(env: Any, performances: dict[str, str], seed: int, rng: np.random.Generator) -> tuple:
+    """A game's vote observations, the spy's seat, the civilian whose text trades places with the spy's, the
+    performances after that swap, and the civilians who vote (their own performance the same in both games)."""
     observations, spy = vote_observations(env, performances, seed)
-    n = len(observations)
-    lengths = [len(performances[f"player_{s}"]) for s in range(n)]
-    civilians = [s for s in range(n) if s != spy]
-    other = int(rng.choice(civilians))  # the civilian whose text trades places with the spy's
+    civilians = [s for s in range(len(observations)) if s != spy]
+    other = int(rng.choice(civilians))
     swapped = dict(performances)
     swapped[f"player_{spy}"], swapped[f"player_{other}"] = (
         performances[f"player_{other}"],
         performances[f"player_{spy}"],
     )
+    return observations, spy, other, swapped, [s for s in civilians if s != other]
+
+
+def rule_game(env: Any, performances: dict[str, str], seed: int, rng: np.random.Generator) -> dict[str, float]:
+    """Each rule of ``agents/rules.py`` on the probe's own votes of one game: the share of its tied picks that
+    is the spy, averaged over the voters (the rule baselines beside the models' ``spy``)."""
+    from agents.rules import RULES
+
+    observations, spy, _, _, voters = probe_setup(env, performances, seed, rng)
+    out = {}
+    for name, rule in RULES.items():
+        hits = []
+        for seat in voters:
+            shown = observations[seat]["performances"]
+            scores = {s: rule.score(s, shown[s], shown) for s in range(len(shown)) if s != seat}
+            low = [s for s, v in scores.items() if v == min(scores.values())]
+            hits.append(float(spy in low) / len(low))
+        out[name] = float(np.mean(hits))
+    return out
+
+
+def probe_game(voter: Any, env: Any, performances: dict[str, str], seed: int, rng: np.random.Generator) -> dict:
+    observations, spy, other, swapped, voters = probe_setup(env, performances, seed, rng)
+    n = len(observations)
+    lengths = [len(performances[f"player_{s}"]) for s in range(n)]
     swapped_obs, _ = vote_observations(env, swapped, seed)
-    voters = [s for s in civilians if s != other]  # their own performance is the same in both games
     plain = voter.act([observations[s] for s in voters])
     after = voter.act([swapped_obs[s] for s in voters])
     row: dict[str, list[float]] = {m: [] for m in METRICS}
@@ -120,11 +148,15 @@ def summarize(rows: list[dict]) -> dict[str, dict[str, float]]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", action="append", required=True, help="smollm2 or a saved model folder (repeatable)")
+    p.add_argument(
+        "--model", action="append", default=[],
+        help="smollm2 or a saved model folder (repeatable; none: the rule baselines alone)",
+    )  # fmt: skip
     p.add_argument("--games", type=int, default=48, help="games per setting")
     p.add_argument("--seed", type=int, default=777)
     p.add_argument("--out", required=True, help="JSON file to write")
     args = p.parse_args(argv)
+    from spy_env.heldout import bootstrap
     from spy_env.io import refuse_existing_outputs, write_text
 
     try:
@@ -136,8 +168,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     command = "python experiments/vote_probe.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    results: dict[str, Any] = {"command": command, "games": args.games, "models": {}}
+    results: dict[str, Any] = {"command": command, "games": args.games, "models": {}, "rules": {}}
     fixed = {setting: games(setting, args.games, args.seed) for setting in SETTINGS}
+    for setting, played in fixed.items():
+        rng = np.random.default_rng(args.seed)  # the same swaps, so the same voters, as every model's
+        rows = [rule_game(env, perf, args.seed + k, rng) for k, (env, perf) in enumerate(played)]
+        results["rules"][setting] = {name: bootstrap([r[name] for r in rows]).to_dict() for name in rows[0]}
+        line = ", ".join(f"{name} {v['mean']:.3f}" for name, v in results["rules"][setting].items())
+        print(f"rules [{setting}] {line}", flush=True)
     for spec in args.model:
         voter = load_voter(spec)
         results["models"][spec] = {}

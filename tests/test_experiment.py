@@ -211,6 +211,10 @@ def test_vote_probe_measures_what_votes_follow_in_both_settings(tiny_model_dir, 
         assert all(0.0 <= m["low"] <= m["mean"] <= m["high"] <= 1.0 for m in metrics.values())
         assert metrics["swap_text"]["mean"] + metrics["swap_seat"]["mean"] <= 1.0 + 1e-9
     assert settings["eased"]["spy_is_shortest"]["mean"] == 1.0  # a heuristic performer with a blank copy writes least
+    # the rule baselines on the same votes: the eased spy is the shortest, and the odd one out of identical texts
+    rules = json.loads(out.read_text())["rules"]
+    assert rules["eased"]["shortest"]["mean"] == rules["eased"]["odd-one-out"]["mean"] == 1.0
+    assert rules["eased"]["longest"]["mean"] == 0.0 and rules["eased"]["shortest"]["n"] == 3
     again = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert again.returncode == 2 and again.stderr.startswith("error:")  # never overwrites a result
     missing = [
