@@ -214,3 +214,70 @@ def test_autoenv_discovers_the_installed_openenv_spyrl_package(tmp_path):
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert got.returncode == 0, got.stderr
     assert json.loads(got.stdout.strip().splitlines()[-1]) == ["SpyEnvClient", "openenv-spyrl", True]
+
+
+def _copied_sources(dockerfile: Path) -> list[str]:
+    """The sources of the Dockerfile's COPY/ADD instructions (not ``--from`` stages)."""
+    sources = []
+    for line in dockerfile.read_text().splitlines():
+        words = line.split("#", 1)[0].split()
+        if words and words[0].upper() in ("COPY", "ADD") and not any(w.startswith("--from") for w in words):
+            sources += [w for w in words[1:-1] if not w.startswith("--")]
+    return sources
+
+
+def _openenv_build(env: Path, monkeypatch) -> dict:
+    """OpenEnv's own ``openenv build`` preparation of ``env`` (its copy of the folder as the context, its choice of
+    Dockerfile and command), stopped where it would call docker: what the build would see, and what it lacks."""
+    import zipfile
+
+    from openenv.cli.commands import build
+
+    seen: dict = {}
+
+    def run(cmd, cwd=None, check=True):
+        context, dockerfile = Path(cmd[-1]), Path(cmd[cmd.index("-f") + 1])
+        missing = [s for s in _copied_sources(dockerfile) if s not in (".", "./") and not (context / s).exists()]
+        wheels = sorted((context / "wheels").glob("spyrl-*.whl"))
+        names = zipfile.ZipFile(wheels[0]).namelist() if wheels else []
+        seen.update(cmd=cmd, context=context, dockerfile=dockerfile.read_text(), missing=missing, wheel=names)
+        seen["constraints"] = (context / "wheels" / "constraints.txt").is_file()
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(build, "_run_command", run)
+    assert build._build_docker_image(env_path=env, tag="spyrl-env:latest")
+    return seen
+
+
+@pytest.mark.slow
+def test_openenv_build_from_the_folder_alone_sees_everything_its_dockerfile_copies(tmp_path, monkeypatch, capsys):
+    """`openenv build deploy/openenv` builds from a copy of that folder only: after `vendor.py` (spyrl's wheel
+    and its pins into wheels/), every COPY source is inside that context; before it, the build lacks wheels/.
+    (No docker here: OpenEnv's preparation runs for real and stops at the docker call.)"""
+    import importlib.util
+    import shutil
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    env = tmp_path / "spyrl"
+    shutil.copytree(root / "deploy" / "openenv", env, ignore=shutil.ignore_patterns("wheels", "__pycache__"))
+    assert _openenv_build(env, monkeypatch)["missing"] == ["wheels/"]
+
+    spec = importlib.util.spec_from_file_location("openenv_vendor", root / "deploy" / "openenv" / "vendor.py")
+    vendor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vendor)
+    assert vendor.main(["--out", str(env)]) == 0
+    assert "next: openenv build" in capsys.readouterr().out
+    seen = _openenv_build(env, monkeypatch)
+    assert seen["missing"] == [] and seen["constraints"]
+    assert seen["cmd"][:4] == ["docker", "build", "-t", "spyrl-env:latest"] and seen["cmd"][-1] == str(seen["context"])
+    # the image installs spyrl from that wheel: the game, its server and what AutoEnv reads
+    assert {"spyrl/openenv.yaml", "spyrl/client.py", "spy_env/env.py", "spyrl/integrations/openenv.py"} <= set(
+        seen["wheel"]
+    )
+    manifest = yaml.safe_load((env / "openenv.yaml").read_text())
+    assert f"EXPOSE {manifest['port']}" in seen["dockerfile"]
+    assert f'"{manifest["app"]}"' in seen["dockerfile"] and str(root) not in seen["dockerfile"]
+    assert vendor.main(["--out", str(tmp_path)]) == 2  # not an environment folder
+    assert capsys.readouterr().err.startswith("error: ")
