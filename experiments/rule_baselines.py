@@ -17,6 +17,7 @@ civilian votes on the spy) with its 95% bootstrap interval over games:
   held-out documents in full, seed 12345), what attempts 1-3 on the default game were scored on;
 - ``default-600-heldout``: the same 32 games on documents cut at 600 characters (attempt 3's
   training game, scored on its held-out games);
+- ``blank-600-heldout``: the same games with the spy's copy blank (self-play attempt 3's held-out games);
 - ``tuning-validation``: the 16 validation games of ``experiments/smollm2_tune.py`` (the first 12
   training documents, seed 777), checked against ``docs/experiment/tuning/base-validation-games.json``;
 - ``detect-v1`` and ``detect-v1-first48``: the leaderboard's detection set (``spyrl bench detect``);
@@ -109,6 +110,9 @@ def settings(train_games: int, baseline_games: int) -> list[Setting]:
         Setting("default-600-heldout", "docs/experiment/default_game.md (attempt 3's training game, held out)",
                 replace(default, max_document_chars=eased.max_document_chars), heldout, 32, HELDOUT_SEED,
                 config.performer),
+        Setting("blank-600-heldout", "docs/experiment/selfplay.md attempt 3 (5 players, blank, 600 characters, held out)",
+                replace(default, degrade="blank", max_document_chars=eased.max_document_chars), heldout, 32,
+                HELDOUT_SEED, config.performer),
         Setting("tuning-validation", "docs/experiment/TUNING.md (smollm2_tune.py validation games)",
                 eased, train[:TUNING_DOCS], TUNING_GAMES, TUNING_SEED, config.performer),
         Setting("eased-train", "the eased game as training plays it", eased, train, train_games, 0, config.performer),
