@@ -19,8 +19,9 @@ copy, separates the spy.
 
 ``heuristic-disjoint`` is ``heuristic-matched`` whose performers also write *different* texts: seat
 ``k`` of ``n`` takes the copy's numbers and terms ranked ``k, k + n, k + 2n, …`` (its own share of
-the copy), so two civilians' performances share no number or term of the document, just as the
-spy's decoy shares none with theirs. Scripted civilians who all write the same text make the spy
+the copy, leaving out those found in more than one training document), so two civilians'
+performances share no number or term of the document, just as the spy's decoy shares none with
+theirs. Scripted civilians who all write the same text make the spy
 "the text unlike the others" (the rule ``odd-one-out`` finds it without reading any copy); here no
 rule that reads only the performances can, and it votes as the heuristic does against its whole
 copy (every number and term of it, not the first three), which still finds the spy.
@@ -299,8 +300,9 @@ class DisjointHeuristicAgent(MatchedHeuristicAgent):
     """``heuristic-matched`` with one share of the copy per seat, so no two performances share content.
 
     Seat ``k`` of ``n`` names the copy's distinct numbers (of at most 8 characters) and its terms
-    (most frequent first) ranked ``k, k + n, k + 2n, …``, three of each; what its share lacks comes
-    from a decoy document as in the matched form. Voting, it scores each performance against its
+    (most frequent first), less those of :func:`_common`, ranked ``k, k + n, k + 2n, …``, three of
+    each; what its share lacks comes from the same seat's share of decoy documents, and its filler is
+    whole sentences. Voting, it scores each performance against its
     whole copy: the share of the performance's numbers and of its terms that the copy holds.
     """
 
