@@ -36,10 +36,12 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import logging
 import math
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -156,12 +158,13 @@ def rule_accuracy(rows: list[dict], rule: str) -> list[float]:
 def probe(args: argparse.Namespace) -> dict[str, Any]:
     """The untrained model in every seat on ``--probe`` iterations' training games (no update): how often its
     sampled votes and each rule's find the spy among the model's own performances, first round."""
-    config = row_config("selfplay", args)
-    trainer = SpyRLTrainer(config)
     rows: list[dict] = []
-    for iteration in range(args.probe):
-        trainer.iteration = iteration
-        rows += list(trainer.rollouts())
+    with tempfile.TemporaryDirectory() as runs:  # nothing is trained, so nothing of the run is kept
+        config = dataclasses.replace(row_config("selfplay", args), output_dir=runs)
+        trainer = SpyRLTrainer(config)
+        for iteration in range(args.probe):
+            trainer.iteration = iteration
+            rows += list(trainer.rollouts())
     votes = [r for r in rows if r["stage"] == Stage.VOTE and r["round"] == 0 and r["role"] == "civilian"]
     expected = [r["vote_probs"][r["spy_seat"]] if len(r["vote_probs"]) else math.nan for r in votes]
     out = {
