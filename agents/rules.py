@@ -20,7 +20,7 @@ terms), so a table of rule voters plays the same games as a table of heuristic a
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from agents.registry import any_argument, register_backend
@@ -28,7 +28,7 @@ from agents.scripted import HeuristicAgent, legal_seats, numbers_in, scripted_fa
 from spy_env.policy import Observation
 from spy_env.stage import Stage
 
-__all__ = ["RULES", "SINGLE_TEXT_RULES", "Rule", "RuleAgent", "overlap"]
+__all__ = ["RULES", "SINGLE_TEXT_RULES", "Rule", "RuleAgent", "overlap", "spy_share", "tied_picks"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,20 @@ RULES: dict[str, Rule] = {
 SINGLE_TEXT_RULES = ("shortest", "longest", "fewest-numbers", "first-seat")
 
 
+def tied_picks(rule: Rule, shown: Sequence[str], legal: Iterable[int]) -> list[int]:
+    """The legal seats whose performance has ``rule``'s lowest score (the rule votes for one of them at random)."""
+    scores = {seat: rule.score(seat, shown[seat], shown) for seat in legal}
+    low = min(scores.values())
+    return [seat for seat, score in scores.items() if score == low]
+
+
+def spy_share(rule: Rule, shown: Sequence[str], legal: Iterable[int], spy: int) -> float:
+    """How often ``rule``'s vote names ``spy`` in expectation over its tie-break: a rule baseline scored on
+    votes that were cast by someone else, on the performances those voters saw."""
+    picks = tied_picks(rule, shown, legal)
+    return float(spy in picks) / len(picks)
+
+
 class RuleAgent:
     """Votes by one rule of :data:`RULES` (ties broken at random); performs as the heuristic agent."""
 
@@ -101,10 +115,7 @@ class RuleAgent:
         legal = legal_seats(obs)
         if not legal:
             return "<vote>N/A</vote>"
-        shown = obs["performances"]
-        scores = {seat: self.rule.score(seat, shown[seat], shown) for seat in legal}
-        low = min(scores.values())
-        pick = int(self.rng.choice([seat for seat, score in scores.items() if score == low]))
+        pick = int(self.rng.choice(tied_picks(self.rule, obs["performances"], legal)))
         return f"By my rule, Player {pick + 1}. <vote>{pick + 1}</vote>"
 
 

@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agents.rules import RULES
+from agents.rules import RULES, spy_share
 from spy_env.extras import require
 from spy_env.heldout import bootstrap, evaluate_heldout, paired_difference, summarize
 from spy_env.io import refuse_existing_outputs, save_figure, write_text
@@ -139,19 +139,16 @@ def _mean(games: list[dict], metric: str) -> Any:
 def rule_accuracy(rows: list[dict], rule: str) -> list[float]:
     """Per first-round civilian vote: the share of ``rule``'s tied picks that is the spy (rules of
     ``agents/rules.py`` applied to the performances these games' voters saw)."""
-    texts: dict[tuple[int, int], str] = {}
+    texts: dict[int, dict[int, str]] = {}
     for r in rows:
         if r["stage"] == Stage.PERFORM and r["round"] == 0:
-            texts[r["game_id"], r["seat"]] = r["completion"]
+            texts.setdefault(r["game_id"], {})[r["seat"]] = r["completion"]
     out = []
     for r in rows:
-        if r["stage"] != Stage.VOTE or r["round"] != 0 or r["role"] != "civilian":
-            continue
-        seats = sorted(s for g, s in texts if g == r["game_id"])
-        shown = [texts[r["game_id"], s] for s in seats]
-        scores = {s: RULES[rule].score(s, shown[s], shown) for s in seats if s != r["seat"]}
-        low = [s for s, v in scores.items() if v == min(scores.values())]
-        out.append(float(r["spy_seat"] in low) / len(low))
+        if r["stage"] == Stage.VOTE and r["round"] == 0 and r["role"] == "civilian":
+            by_seat = texts[r["game_id"]]
+            shown = [by_seat[s] for s in sorted(by_seat)]
+            out.append(spy_share(RULES[rule], shown, [s for s in sorted(by_seat) if s != r["seat"]], r["spy_seat"]))
     return out
 
 

@@ -103,7 +103,7 @@ def probe_setup(env: Any, performances: dict[str, str], seed: int, rng: np.rando
 def rule_game(env: Any, performances: dict[str, str], seed: int, rng: np.random.Generator) -> dict[str, float]:
     """Each rule of ``agents/rules.py`` on the probe's own votes of one game: the share of its tied picks that
     is the spy, averaged over the voters (the rule baselines beside the models' ``spy``)."""
-    from agents.rules import RULES
+    from agents.rules import RULES, spy_share
 
     observations, spy, _, _, voters = probe_setup(env, performances, seed, rng)
     out = {}
@@ -111,9 +111,7 @@ def rule_game(env: Any, performances: dict[str, str], seed: int, rng: np.random.
         hits = []
         for seat in voters:
             shown = observations[seat]["performances"]
-            scores = {s: rule.score(s, shown[s], shown) for s in range(len(shown)) if s != seat}
-            low = [s for s, v in scores.items() if v == min(scores.values())]
-            hits.append(float(spy in low) / len(low))
+            hits.append(spy_share(rule, shown, [s for s in range(len(shown)) if s != seat], spy))
         out[name] = float(np.mean(hits))
     return out
 
