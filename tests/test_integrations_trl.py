@@ -289,14 +289,41 @@ def test_non_ascii_digits_are_not_votes(digit):
     assert all(d["violations"] == ["unparseable_vote"] for d in details)
 
 
+def test_selfplay_dataset_leaves_out_the_spys_own_vote_unless_it_trains():
+    """The spy cannot catch itself: its vote row's reward would hold penalties only (no detection), so it
+    is left out, as the trainer leaves the spy's vote untrained; ``train_spy_vote`` keeps it."""
+    from spyrl.integrations.trl import selfplay_dataset
+
+    config = spy_env.GameConfig(n_players=3, max_document_chars=200)
+    env = spy_env.parallel_env(config)
+    spies = []
+    for g in range(6):
+        env.reset(seed=g)
+        spies.append(env.reset_options["spy_seat"])
+    prompts = [r["prompt"][0]["content"] for r in selfplay_dataset(config, num_games=6, stages=("vote", "perform"))]
+    want = [
+        f"spyrl self-play: game {g}, player {seat + 1}, {stage}"
+        for g in range(6)
+        for seat in range(3)
+        for stage in ("vote", "perform")
+        if not (stage == "vote" and seat == spies[g])
+    ]
+    assert prompts == want and len(prompts) == 6 * 3 * 2 - 6
+    trained = spy_env.GameConfig(n_players=3, max_document_chars=200, train_spy_vote=True)
+    assert len(selfplay_dataset(trained, num_games=6, stages=("vote",))) == 18
+    with pytest.raises(ValueError, match="no rows"):  # game 0's only seat asked for is its spy
+        selfplay_dataset(config, num_games=1, stages=("vote",), seats=[spies[0]])
+
+
 @pytest.mark.parametrize("stage", ["vote", "perform"])
 def test_grpo_trains_from_live_self_play_through_rollout_func(tiny_model_dir, tmp_path, stage):
-    """rollout_func plays the games live with the trained model; each reward is spy_env's for its text."""
+    """rollout_func plays the games live with the trained model; each reward is spy_env's for its text;
+    ``selfplay_caught`` (weight 0) is logged apart: 1 exactly where a vote named the spy."""
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
 
     from spyrl.integrations._games import replay_rewards
-    from spyrl.integrations.trl import SelfPlayRollout, selfplay_dataset, selfplay_reward
+    from spyrl.integrations.trl import SelfPlayRollout, selfplay_caught, selfplay_dataset, selfplay_reward
 
     config = spy_env.GameConfig(n_players=3, max_document_chars=200)
     rollout = SelfPlayRollout(config, perform_tokens=6, vote_tokens=4)
@@ -307,10 +334,11 @@ def test_grpo_trains_from_live_self_play_through_rollout_func(tiny_model_dir, tm
         return outputs[-1]
 
     args = _grpo_args(tmp_path, 6)
+    args.reward_weights = [1.0, 0.0]
     dataset = selfplay_dataset(config, num_games=2, stages=(stage,), seats=[0])
     trainer = GRPOTrainer(
         model=str(tiny_model_dir),
-        reward_funcs=selfplay_reward,
+        reward_funcs=[selfplay_reward, selfplay_caught],
         args=args,
         train_dataset=dataset,
         rollout_func=recording,
@@ -318,18 +346,35 @@ def test_grpo_trains_from_live_self_play_through_rollout_func(tiny_model_dir, tm
     trainer.train()
     assert len(outputs) == 2 and trainer.state.global_step == 2
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    logged = [h["rewards/selfplay/mean"] for h in trainer.state.log_history if "rewards/selfplay/mean" in h]
-    for out, mean in zip(outputs, logged, strict=True):
-        assert mean == pytest.approx(sum(out["selfplay_reward"]) / len(out["selfplay_reward"]))
-        for ids, text, game, reward in zip(
-            out["completion_ids"], out["selfplay_text"], out["selfplay_game"], out["selfplay_reward"], strict=True
-        ):
+    logged = [h for h in trainer.state.log_history if "rewards/selfplay/mean" in h]
+    for out, history in zip(outputs, logged, strict=True):
+        assert history["rewards/selfplay/mean"] == pytest.approx(
+            sum(out["selfplay_reward"]) / len(out["selfplay_reward"])
+        )
+        assert history["reward"] == pytest.approx(history["rewards/selfplay/mean"])  # caught has weight 0
+        for ids, text, game, reward, caught in zip(
+            out["completion_ids"], out["selfplay_text"], out["selfplay_game"], out["selfplay_reward"],
+            out["selfplay_caught"], strict=True,
+        ):  # fmt: skip
             prefill = "<vote>" if stage == "vote" else ""
             assert text == prefill + tokenizer.decode(ids, skip_special_tokens=True)
             assert game["stage"] == stage and game["seat"] == 0 and len(game["performances"]) == 3
             if stage == "vote":  # the other seats' live votes are in the game: the reward replays exactly
-                want = replay_rewards(config, [game], [text], Stage.VOTE)[0]["reward"]
-                assert reward == pytest.approx(want)
+                want = replay_rewards(config, [game], [text], Stage.VOTE)[0]
+                assert reward == pytest.approx(want["reward"])
+                assert caught == want["reward_components"]["detect"] and caught in (0.0, 1.0)
+            else:
+                assert caught is None
+        if stage == "vote":
+            assert history["rewards/caught/mean"] == pytest.approx(sum(out["selfplay_caught"]) / 4)
+
+
+def test_selfplay_caught_needs_the_rollout_and_passes_performances_as_none():
+    from spyrl.integrations.trl import selfplay_caught
+
+    assert selfplay_caught([], [], selfplay_caught=[1.0, 0.0, None]) == [1.0, 0.0, None]
+    with pytest.raises(ValueError, match="rollout_func"):
+        selfplay_caught([], [])
 
 
 def test_the_live_self_play_example_trains_and_writes_a_checkpoint_only_when_asked(tiny_model_dir, tmp_path):

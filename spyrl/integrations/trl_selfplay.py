@@ -14,6 +14,8 @@ current model in every seat, sampled live:
 
 The rewards come from ``spy_env`` (the same replay as :mod:`spyrl.integrations.trl`'s rewards) and
 reach TRL as the extra field ``selfplay_reward``; pass :func:`selfplay_reward` as the reward function.
+:func:`selfplay_caught` reads the field ``selfplay_caught`` (1 where a vote named the spy): pass it with
+reward weight 0 and TRL logs how often the votes caught the spy, apart from their penalties.
 The fields ``selfplay_text`` (the scored text) and ``selfplay_game`` (the game's reset options, the
 seat, stage and every other seat's live text) let anyone replay a reward with ``spy_env``.
 The trained tokens are exactly the sampled ones, after the live prompt the model saw.
@@ -32,7 +34,7 @@ from spy_env.policy import chat_messages
 from spy_env.stage import Stage
 from spyrl.integrations._games import replay_rewards
 
-__all__ = ["SelfPlayRollout", "selfplay_dataset", "selfplay_reward"]
+__all__ = ["SelfPlayRollout", "selfplay_caught", "selfplay_dataset", "selfplay_reward"]
 
 _ROW = re.compile(r"^spyrl self-play: game (\d+), player (\d+), (perform|vote)$")
 VOTE_PREFILL = "<vote>"
@@ -47,7 +49,10 @@ def selfplay_dataset(
     seats: Sequence[int] | None = None,
 ):
     """One row per (game, seat, stage): the prompt names them (``spyrl self-play: game 7, player 2,
-    vote``); :class:`SelfPlayRollout` plays that game live. ``seats`` default: every seat."""
+    vote``); :class:`SelfPlayRollout` plays that game live. ``seats`` default: every seat.
+
+    The spy's own vote row is left out unless ``config.train_spy_vote`` (as in :mod:`trainers`: the spy
+    cannot catch itself, so its vote's reward holds penalties only, never detection)."""
     from datasets import Dataset
 
     config = config or GameConfig()
@@ -60,13 +65,27 @@ def selfplay_dataset(
     for seat in seats:
         if not 0 <= seat < config.n_players:
             raise ValueError(f"seats: {seat} is not a seat of a {config.n_players}-player game")
+    spies = [-1] * num_games if config.train_spy_vote else _spy_seats(config, seed, num_games)
     rows = [
         {"prompt": [{"role": "user", "content": f"spyrl self-play: game {seed + g}, player {seat + 1}, {stage}"}]}
         for g in range(num_games)
         for seat in seats
         for stage in stages
+        if not (stage == "vote" and seat == spies[g])
     ]
+    if not rows:
+        raise ValueError(f"selfplay_dataset: no rows (seats {list(seats)} are the spy in every game's vote)")
     return Dataset.from_list(rows)
+
+
+def _spy_seats(config: GameConfig, seed: int, num_games: int) -> list[int]:
+    """The spy's seat of games ``seed .. seed + num_games - 1`` (as :class:`SelfPlayRollout` resets them)."""
+    env = parallel_env(replace(config, rounds=1))
+    seats = []
+    for g in range(num_games):
+        env.reset(seed=seed + g)
+        seats.append(int(env.reset_options["spy_seat"]))
+    return seats
 
 
 def selfplay_reward(prompts: Sequence[Any], completions: Sequence[Any], **columns: Any) -> list[float]:
@@ -78,6 +97,18 @@ def selfplay_reward(prompts: Sequence[Any], completions: Sequence[Any], **column
 
 
 selfplay_reward.__name__ = "selfplay"
+
+
+def selfplay_caught(prompts: Sequence[Any], completions: Sequence[Any], **columns: Any) -> list[float | None]:
+    """1.0 where a live vote named the spy, 0.0 where it did not, ``None`` for performances: a metric
+    (``reward_weights`` 0 beside :func:`selfplay_reward`; TRL logs it as ``rewards/caught/mean``)."""
+    caught = columns.get("selfplay_caught")
+    if caught is None:
+        raise ValueError("selfplay_caught needs GRPOTrainer(rollout_func=SelfPlayRollout(...))")
+    return [None if c is None else float(c) for c in caught]
+
+
+selfplay_caught.__name__ = "caught"
 
 
 class SelfPlayRollout:
@@ -113,7 +144,7 @@ class SelfPlayRollout:
             groups.setdefault(_parse(prompt, self.config.n_players), []).append(i)
         n = len(prompts)
         out: dict[str, list] = {k: [None] * n for k in ("prompt_ids", "completion_ids", "selfplay_reward")}
-        out.update(selfplay_text=[""] * n, selfplay_game=[None] * n)
+        out.update(selfplay_text=[""] * n, selfplay_game=[None] * n, selfplay_caught=[None] * n)
         for (game_seed, seat, stage), members in groups.items():
             row, observation = self._play_to(gen, game_seed, seat, Stage.of(stage))
             prefill = VOTE_PREFILL if stage == "vote" and self.prefill_vote else ""
@@ -127,6 +158,8 @@ class SelfPlayRollout:
                 out["prompt_ids"][i], out["completion_ids"][i] = ids[k], outs[k]
                 out["selfplay_reward"][i], out["selfplay_text"][i] = scored[k]["reward"], texts[k]
                 out["selfplay_game"][i] = {**row, "stage": stage}
+                if stage == "vote":
+                    out["selfplay_caught"][i] = scored[k]["reward_components"]["detect"]
         out["logprobs"] = None
         return out
 
