@@ -84,12 +84,14 @@ def main(argv: list[str] | None = None) -> int:
         llm = [r for r in buffer if r["stage"] == stage and r["completion_token_ids"]]
         if llm:
             longest = max(len(r["completion_token_ids"]) for r in llm)
-            raw_generate(model, [list(r["prompt_token_ids"]) for r in llm], longest, config.generation_batch_size, pad)
+            raw_generate(
+                model, [list(r["prompt_token_ids"]) for r in llm], longest, config.rollout.generation_batch_size, pad
+            )
     generate = time.perf_counter() - start
     start = time.perf_counter()
     model.train()
-    for i in range(0, len(rows), config.micro_batch_size):
-        micro = rows[i : i + config.micro_batch_size]
+    for i in range(0, len(rows), config.update.micro_batch_size):
+        micro = rows[i : i + config.update.micro_batch_size]
         logps, mask, *_ = sequence_logps(
             model, [list(r["prompt_token_ids"]) for r in micro], [list(r["completion_token_ids"]) for r in micro], pad
         )

@@ -94,11 +94,11 @@ def run_spyrl(model_path: str, out_dir: str, rows: list, args) -> tuple[float, i
     from trainers.grpo import SpyRLTrainer
 
     batch = args.micro * args.accumulation
-    config = SpyRLConfig(
+    config = SpyRLConfig.from_dict(dict(
         model=model_path, output_dir=out_dir, device="cpu", dtype="float32", learning_rate=1e-5, beta=0.001,
         epsilon=0.2, loss_type="grpo", mini_batch_size=batch, micro_batch_size=args.micro,
         max_completion_tokens=args.completion_tokens, report_to=[], progress=False, seed=0,
-    )  # fmt: skip
+    ))  # fmt: skip
     trainer = SpyRLTrainer(config)
     start = time.perf_counter()
     tokens = 0

@@ -96,26 +96,26 @@ def preset() -> SpyRLConfig:
 
 def settings(train_games: int, baseline_games: int) -> list[Setting]:
     config = preset()
-    eased = config.game_config()
-    train, heldout = training_documents(eased, config.heldout_fraction, 1)
+    eased = config.game
+    train, heldout = training_documents(eased, config.run.heldout_fraction, 1)
     default = GameConfig.from_dict({"n_players": 5, "degrade": "mask_spans", "train_spy_vote": eased.train_spy_vote})
     out = [
         Setting("eased-heldout", "docs/RESULTS.md 'Does it learn?' (vote_gradients.json, results.json)",
-                eased, heldout, 32, HELDOUT_SEED, config.performer),
+                eased, heldout, 32, HELDOUT_SEED, config.rollout.performer),
         Setting("default-heldout", "results.json / attempt*/results.json default_setting (5 players, mask_spans)",
-                default, heldout, 8, HELDOUT_SEED, config.performer),
+                default, heldout, 8, HELDOUT_SEED, config.rollout.performer),
         Setting("default-heldout-32", "docs/experiment/default_game.md (attempts 1-3 on the default setting)",
-                default, training_documents(default, config.heldout_fraction, 1)[1], 32, HELDOUT_SEED,
-                config.performer),
+                default, training_documents(default, config.run.heldout_fraction, 1)[1], 32, HELDOUT_SEED,
+                config.rollout.performer),
         Setting("default-600-heldout", "docs/experiment/default_game.md (attempt 3's training game, held out)",
                 replace(default, max_document_chars=eased.max_document_chars), heldout, 32, HELDOUT_SEED,
-                config.performer),
+                config.rollout.performer),
         Setting("blank-600-heldout", "docs/experiment/selfplay.md attempt 3 (5 players, blank, 600 characters, held out)",
                 replace(default, degrade="blank", max_document_chars=eased.max_document_chars), heldout, 32,
-                HELDOUT_SEED, config.performer),
+                HELDOUT_SEED, config.rollout.performer),
         Setting("tuning-validation", "docs/experiment/TUNING.md (smollm2_tune.py validation games)",
-                eased, train[:TUNING_DOCS], TUNING_GAMES, TUNING_SEED, config.performer),
-        Setting("eased-train", "the eased game as training plays it", eased, train, train_games, 0, config.performer),
+                eased, train[:TUNING_DOCS], TUNING_GAMES, TUNING_SEED, config.rollout.performer),
+        Setting("eased-train", "the eased game as training plays it", eased, train, train_games, 0, config.rollout.performer),
         Setting("matched-train", "the length-matched eased game, training documents",
                 eased, train, train_games, 0, "heuristic-matched"),
         Setting("matched-heldout", "the length-matched eased game on the held-out games",
@@ -260,12 +260,19 @@ def base_model(settings_by_name: dict[str, Setting], names: list[str]) -> dict[s
 
     out = {}
     with tempfile.TemporaryDirectory() as runs:
-        trainer = SpyRLTrainer(replace(preset(), output_dir=runs, progress=False, keep_buffers=False))
+        config = preset()
+        trainer = SpyRLTrainer(
+            replace(config, run=replace(config.run, output_dir=runs, progress=False, keep_buffers=False))
+        )
         trainer.model.eval()
-        policy = learner_policy(trainer.config, trainer.unwrapped, trainer.tokenizer, greedy=True)
+        policy = learner_policy(
+            trainer.config.decoding, trainer.config.rollout, trainer.unwrapped, trainer.tokenizer, greedy=True
+        )
         for name in names:
             setting = settings_by_name[name]
-            seat = seat_policy(replace(trainer.config, performer=setting.performer), policy)
+            seat = seat_policy(
+                replace(trainer.config.rollout, performer=setting.performer), trainer.config.run.seed, policy
+            )
             _, games = evaluate_heldout(
                 [seat] * setting.config.n_players, setting.config, setting.documents, setting.games, seed=setting.seed
             )

@@ -106,13 +106,15 @@ def evaluate(trainer: SpyRLTrainer, panel: Any, args: argparse.Namespace) -> dic
     """Per-game results of the trainer's current model: as the spy (heuristic detectors, then the base
     model's panel on the same performances) and as a civilian voter (heuristic performers)."""
     trainer.model.eval()
-    greedy = learner_policy(trainer.config, trainer.unwrapped, trainer.tokenizer, greedy=True)
+    greedy = learner_policy(
+        trainer.config.decoding, trainer.config.rollout, trainer.unwrapped, trainer.tokenizer, greedy=True
+    )
     spy = run_bench("spy", greedy, limit=args.spy_games)["results"]["spy-v1"]["items"]
     replay = Replay([item["completion"] for item in spy])
     panel_items = run_bench("spy", replay, limit=args.spy_games, detector=panel)["results"]["spy-v1"]["items"]
     config = trainer.config.with_overrides(["performer=heuristic", "voter=self"])
-    seats = [seat_policy(config, greedy)] * trainer.game_config.n_players
-    detect = evaluate_heldout(seats, trainer.game_config, trainer.eval_documents, args.detect_games, seed=args.seed)
+    seats = [seat_policy(config.rollout, config.run.seed, greedy)] * trainer.config.game.n_players
+    detect = evaluate_heldout(seats, trainer.config.game, trainer.eval_documents, args.detect_games, seed=args.seed)
     detect_v1 = run_bench("detect", greedy, limit=args.leaderboard_games)["results"]["detect-v1"]["items"]
     return {"spy": spy, "panel": panel_items, "detect": detect[1], "detect_v1": detect_v1}
 
@@ -157,7 +159,8 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
     sampled votes and each rule's find the spy among the model's own performances, first round."""
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as runs:  # nothing is trained, so nothing of the run is kept
-        config = dataclasses.replace(row_config("selfplay", args), output_dir=runs)
+        config = row_config("selfplay", args)
+        config = dataclasses.replace(config, run=dataclasses.replace(config.run, output_dir=runs))
         trainer = SpyRLTrainer(config)
         for iteration in range(args.probe):
             trainer.iteration = iteration
@@ -167,7 +170,7 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
     out = {
         "games": len({r["game_id"] for r in rows}),
         "civilian_votes": len(votes),
-        "chance": 1 / (config.game_config().n_players - 1),
+        "chance": 1 / (config.game.n_players - 1),
         "model_sampled": bootstrap([float(r["vote"] == r["spy_seat"]) for r in votes]).to_dict(),
         "model_expected": bootstrap(expected).to_dict(),
         "rules": {rule: bootstrap(rule_accuracy(rows, rule)).to_dict() for rule in RULES},
@@ -183,13 +186,13 @@ def run_row(name: str, args: argparse.Namespace, base: dict[str, Any] | None) ->
     start = time.perf_counter()
     trainer = SpyRLTrainer(config)
     panel_model = copy.deepcopy(trainer.unwrapped).eval()  # the base model's votes: a fixed panel
-    panel = learner_policy(config, panel_model, trainer.tokenizer, greedy=True)
+    panel = learner_policy(config.decoding, config.rollout, panel_model, trainer.tokenizer, greedy=True)
     if base is None:
         base = {"games": evaluate(trainer, panel, args), "minutes": (time.perf_counter() - start) / 60}
         logging.info("base: %s", _line(summary(base["games"])))
     start = time.perf_counter()
     history = []
-    for _ in range(config.iterations):
+    for _ in range(config.run.iterations):
         metrics = trainer.train_iteration()
         history.append({k: v for k, v in metrics.items() if isinstance(v, (int, float, str))})
         history[-1]["minutes"] = (time.perf_counter() - start) / 60

@@ -45,14 +45,16 @@ ROWS = {"selfplay": {"performer": "self"}, "heuristic": {"performer": "heuristic
 
 def greedy_policy(trainer: SpyRLTrainer) -> HFPolicy:
     """The trainer's current model, decoding greedily with the training decoding options."""
-    return learner_policy(trainer.config, trainer.unwrapped, trainer.tokenizer, greedy=True)
+    return learner_policy(
+        trainer.config.decoding, trainer.config.rollout, trainer.unwrapped, trainer.tokenizer, greedy=True
+    )
 
 
 def evaluate(trainer: SpyRLTrainer, games: int, seed: int, config: GameConfig | None = None) -> list[dict]:
     """Per-game metrics of the trainer's current model on the fixed held-out games."""
     trainer.model.eval()
-    config = config or trainer.game_config
-    seat = seat_policy(trainer.config, greedy_policy(trainer))
+    config = config or trainer.config.game
+    seat = seat_policy(trainer.config.rollout, trainer.config.run.seed, greedy_policy(trainer))
     _, per_game = evaluate_heldout([seat] * config.n_players, config, trainer.eval_documents, games, seed=seed)
     return per_game
 
@@ -67,13 +69,13 @@ def run_row(name: str, args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     trainer = SpyRLTrainer(config)
     default = GameConfig.from_dict(
-        {"n_players": 5, "degrade": "mask_spans", "train_spy_vote": config.game_config().train_spy_vote}
+        {"n_players": 5, "degrade": "mask_spans", "train_spy_vote": config.game.train_spy_vote}
     )
     logging.info("[%s] base model: %d held-out documents, %d games", name, len(trainer.eval_documents), args.eval_games)
     evaluations = [{"iteration": 0, "games": evaluate(trainer, args.eval_games, args.seed)}]
     base_default = evaluate(trainer, args.default_games, args.seed, default) if args.default_games else []
     history = []
-    for _ in range(config.iterations):
+    for _ in range(config.run.iterations):
         metrics = trainer.train_iteration()
         history.append({k: v for k, v in metrics.items() if isinstance(v, (int, float, str))})
         logging.info(
@@ -84,7 +86,7 @@ def run_row(name: str, args: argparse.Namespace) -> dict[str, Any]:
             metrics.get("losses/ratio", float("nan")),
             metrics.get("losses/grad_norm", float("nan")),
         )
-        if trainer.iteration % args.eval_every == 0 or trainer.iteration == config.iterations:
+        if trainer.iteration % args.eval_every == 0 or trainer.iteration == config.run.iterations:
             evaluations.append({"iteration": trainer.iteration, "games": evaluate(trainer, args.eval_games, args.seed)})
             logging.info("[%s] held-out %s", name, _line(summarize(evaluations[-1]["games"])))
     trained_default = evaluate(trainer, args.default_games, args.seed, default) if args.default_games else []

@@ -104,9 +104,9 @@ def run(a: argparse.Namespace) -> int:
 
     def evaluate() -> list[dict]:
         trainer.model.eval()
-        seat = seat_policy(trainer.config, greedy_policy(trainer))
-        seats = [seat] * trainer.game_config.n_players
-        return evaluate_heldout(seats, trainer.game_config, validation, a.val_games, seed=a.val_seed)[1]
+        seat = seat_policy(trainer.config.rollout, trainer.config.run.seed, greedy_policy(trainer))
+        seats = [seat] * trainer.config.game.n_players
+        return evaluate_heldout(seats, trainer.config.game, validation, a.val_games, seed=a.val_seed)[1]
 
     cache = Path(a.base_cache) if a.base_cache else None
     key = {"model": config.model, "validation": [d.id for d in validation], "games": a.val_games, "seed": a.val_seed}
@@ -118,10 +118,10 @@ def run(a: argparse.Namespace) -> int:
     s = summarize(base)
     print(f"[{a.name}] base validation: expected {s['expected_accuracy']}, greedy {s['detection_accuracy']}")
     log = []
-    for _ in range(config.iterations):
+    for _ in range(config.run.iterations):
         metrics = trainer.train_iteration()
         record = {k: metrics.get(k) for k in KEYS}
-        if trainer.iteration % a.eval_every == 0 or trainer.iteration == config.iterations:
+        if trainer.iteration % a.eval_every == 0 or trainer.iteration == config.run.iterations:
             games = evaluate()
             s = summarize(games)
             record["val_expected"] = s["expected_accuracy"].mean

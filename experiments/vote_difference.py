@@ -111,7 +111,7 @@ def gradient_alignment(logits, choices, spies, q, games, draws: int) -> dict[str
 
 def one_old_step(trainer, config, selected, choices, logits) -> dict[str, float]:
     """One optimizer step of the old path (whole-vocabulary scores) on the first 8 samples; how the others move."""
-    samples = TrainingSamples.from_samples(selected, config.max_completion_tokens)
+    samples = TrainingSamples.from_samples(selected, config.decoding.max_completion_tokens)
     rows = samples.rows
     samples.choices = [None] * len(rows)  # the old path: whole-vocabulary log-probs
     trainer.model.train()

@@ -61,13 +61,15 @@ SHOWN = ("expected_accuracy", "detection_accuracy")
 def evaluate(trainer: SpyRLTrainer, games: int, seed: int, config: GameConfig | None = None) -> list[dict]:
     """Per-game metrics of the trainer's current model (greedy votes) on the fixed held-out games."""
     trainer.model.eval()
-    config = config or trainer.game_config
-    policy = learner_policy(trainer.config, trainer.unwrapped, trainer.tokenizer, greedy=True)
-    seats = [seat_policy(trainer.config, policy)] * config.n_players
+    config = config or trainer.config.game
+    policy = learner_policy(
+        trainer.config.decoding, trainer.config.rollout, trainer.unwrapped, trainer.tokenizer, greedy=True
+    )
+    seats = [seat_policy(trainer.config.rollout, trainer.config.run.seed, policy)] * config.n_players
     documents = trainer.eval_documents
-    if config.max_document_chars != trainer.game_config.max_document_chars:
+    if config.max_document_chars != trainer.config.game.max_document_chars:
         # the same held-out documents, truncated as this game truncates them (full ones in the default game)
-        documents = training_documents(config, trainer.config.heldout_fraction, 1)[1]
+        documents = training_documents(config, trainer.config.run.heldout_fraction, 1)[1]
     return evaluate_heldout(seats, config, documents, games, seed=seed)[1]
 
 
@@ -98,7 +100,7 @@ def run_row(
         logging.info("base model: %d held-out documents, %d games", len(trainer.eval_documents), args.eval_games)
         base = {"games": evaluate(trainer, args.eval_games, args.seed), "default": []}
         if args.default_games:
-            base["default"] = evaluate(trainer, args.default_games, args.seed, default_setting(config))
+            base["default"] = evaluate(trainer, args.default_games, args.seed, default_setting(config.game))
         base["minutes"] = (time.perf_counter() - start) / 60
         start = time.perf_counter()
     if args.init_model or trainer is None:  # training starts from --init-model; gains stay against the base
@@ -106,7 +108,7 @@ def run_row(
         trainer = SpyRLTrainer(config.with_overrides([f"model={args.init_model}"] if args.init_model else []))
     evaluations = [{"iteration": 0, "votes": 0, **summary(base["games"])}]
     history, votes, final = [], 0, base["games"]
-    for _ in range(config.iterations):
+    for _ in range(config.run.iterations):
         metrics = trainer.train_iteration()
         votes += int(metrics.get("samples/count", 0))
         history.append({k: v for k, v in metrics.items() if isinstance(v, (int, float, str))})
@@ -114,7 +116,7 @@ def run_row(
             "[%s] iteration %d, %d votes: sampled acc %.3f, grad norm %.2f",
             name, trainer.iteration, votes, metrics["env/detection_accuracy"], metrics.get("losses/grad_norm", float("nan")),
         )  # fmt: skip
-        if trainer.iteration % args.eval_every == 0 or trainer.iteration == config.iterations:
+        if trainer.iteration % args.eval_every == 0 or trainer.iteration == config.run.iterations:
             final = evaluate(trainer, args.eval_games, args.seed)
             evaluations.append({"iteration": trainer.iteration, "votes": votes, **summary(final, base["games"])})
             logging.info("[%s] held-out %s", name, _line(evaluations[-1]))
@@ -131,7 +133,7 @@ def run_row(
         "training": history,
     }
     if args.default_games:
-        trained = evaluate(trainer, args.default_games, args.seed, default_setting(config))
+        trained = evaluate(trainer, args.default_games, args.seed, default_setting(config.game))
         row["default_setting"] = {
             "base": summary(base["default"]),
             "trained": summary(trained, base["default"]),
@@ -143,11 +145,9 @@ def run_row(
     return row, base
 
 
-def default_setting(config: SpyRLConfig) -> GameConfig:
-    """The default game (5 players, ``mask_spans``, full documents) on the same corpus."""
-    return GameConfig.from_dict(
-        {"n_players": 5, "degrade": "mask_spans", "train_spy_vote": config.game_config().train_spy_vote}
-    )
+def default_setting(game: GameConfig) -> GameConfig:
+    """The default game (5 players, ``mask_spans``, full documents) on the same corpus as ``game``."""
+    return GameConfig.from_dict({"n_players": 5, "degrade": "mask_spans", "train_spy_vote": game.train_spy_vote})
 
 
 def _line(evaluation: dict[str, Any]) -> str:

@@ -536,24 +536,26 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     config = SpyRLConfig.from_yaml(args.config) if args.config else SpyRLConfig.preset(args.preset)
     if args.output_dir:
-        args.set.append(f"output_dir={args.output_dir}")
+        args.set.append(f"run.output_dir={args.output_dir}")
     config = config.with_overrides(args.set)
     if args.print_config:
         print(config.to_yaml(), end="")
         return 0
     from trainers.extras import training_extras
 
-    require(training_extras(config, plots=True))  # before the work: the curves are drawn after it
-    _check_run_folder(Path(config.output_dir), resume=args.resume)
+    require(
+        training_extras(config.model, config.run.report_to, plots=True)
+    )  # before the work: the curves are drawn after it
+    _check_run_folder(Path(config.run.output_dir), resume=args.resume)
     from trainers.grpo import SpyRLTrainer
     from trainers.plot import plot_run
 
     console.print(
-        f"training {markup_safe(config.model)} for {config.iterations} iterations into {markup_safe(config.output_dir)}"
+        f"training {markup_safe(config.model.name_or_path)} for {config.run.iterations} iterations into {markup_safe(config.run.output_dir)}"
     )
     trainer = SpyRLTrainer(config, resume_from=args.resume)
     history = trainer.train()
-    path = plot_run(config.output_dir)
+    path = plot_run(config.run.output_dir)
     last = history[-1] if history else {}
     console.print(
         f"done: {trainer.iteration} iterations; last stage {last.get('stage')}, detection accuracy "
@@ -798,14 +800,21 @@ def _add_view_command(sub: argparse._SubParsersAction) -> None:
 def _add_train_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="SpyRL GRPO training (presets: cpu-smoke, smollm2-cpu, qwen3-4b-paper)")
     p.add_argument("--preset", default="cpu-smoke", help="cpu-smoke, smollm2-cpu or qwen3-4b-paper")
-    p.add_argument("--config", default=None, help="a YAML file of SpyRLConfig fields (may name a preset)")
+    p.add_argument("--config", default=None, help="a YAML file of SpyRLConfig sections (may name a preset)")
     p.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a field; game.KEY for game"
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a field: SECTION.FIELD=VALUE (loss.epsilon_high=0.28, game.n_players=3) or FIELD=VALUE "
+        "for a trainer field (no two sections share a name)",
     )
     p.add_argument("--output-dir", default=None)
     p.add_argument("--resume", default=None, help="'latest' or a checkpoint folder")
     p.add_argument(
-        "--print-config", action="store_true", help="print the resolved configuration as YAML (every field) and exit"
+        "--print-config",
+        action="store_true",
+        help="print the resolved configuration as YAML, section by section, and exit",
     )
     p.set_defaults(func=cmd_train)
 

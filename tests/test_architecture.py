@@ -6,6 +6,8 @@
 - Stages are compared through ``spy_env.Stage`` (no bare 0/1), and policies, engines, trainers and
   their kin are not probed with ``getattr``/``hasattr`` (they declare ``spy_env.policy.Policy`` or
   ``RolloutPolicy``; a name is read with ``spy_env.policy.policy_name``).
+- No function takes the whole ``SpyRLConfig`` but the trainer's constructor and the CLI: each takes its
+  section; every section is frozen, with help and ``Literal`` choices checked where it is defined.
 - Every file path docs/ARCHITECTURE.md names exists, and no code comment or doc cites a file the
   repository does not contain (a note kept outside it, a ``../`` path that leaves the repository, a
   section sign after the name of a document the repository lacks).
@@ -236,19 +238,85 @@ def test_no_import_circle_among_package_modules():
 
 
 def test_no_config_field_is_held_by_two_configs():
-    """One owner per setting: a field in both GameConfig and SpyRLConfig means one copy silently wins
-    (``train_spy_vote`` did) or one name means two things (``beta`` did). Nothing has been released,
-    so no field is kept as a deprecated alias either."""
+    """One owner per setting: a field in two sections (or in GameConfig and a trainer section) means one
+    copy silently wins (``train_spy_vote`` did) or one name means two things (``beta`` did); a field name
+    alone (``--set learning_rate=...``) names its section only because no two share it. Nothing has been
+    released, so no field is kept as a deprecated alias either."""
     from dataclasses import fields
 
-    from spy_env.config import GameConfig
-    from trainers.config import SpyRLConfig
+    from trainers.config import SECTIONS
 
-    game = {f.name for f in fields(GameConfig)}
-    trainer = {f.name for f in fields(SpyRLConfig)}
-    assert game & trainer == set()
-    helps = {f"{c.__name__}.{f.name}": f.metadata["help"] for c in (GameConfig, SpyRLConfig) for f in fields(c)}
-    assert [name for name, text in helps.items() if "deprecated" in text.lower()] == []
+    owners: dict[str, list[str]] = {}
+    for section, cls in SECTIONS.items():
+        for f in fields(cls):
+            owners.setdefault(f.name, []).append(section)
+    assert {name: where for name, where in owners.items() if len(where) > 1} == {}
+    helps = {f"{s}.{f.name}": f.metadata.get("help", "") for s, cls in SECTIONS.items() for f in fields(cls)}
+    assert [name for name, text in helps.items() if not text or "deprecated" in text.lower()] == []
+
+
+def test_every_config_section_is_frozen_and_checks_its_choices_where_it_is_defined():
+    """Each section of SpyRLConfig is a frozen dataclass; a value outside a ``Literal`` field's choices
+    is refused by the section itself, naming ``SpyRLConfig.<section>.<field>``."""
+    import dataclasses
+
+    from trainers.config import SECTIONS, SpyRLConfig
+    from trainers.validation import literal_choices
+
+    assert SpyRLConfig.__dataclass_params__.frozen
+    for name, cls in SECTIONS.items():
+        assert cls.__dataclass_params__.frozen, name
+        if name == "game":
+            continue
+        assert name == cls.SECTION
+        for field_name in literal_choices(cls):
+            with pytest.raises(ValueError, match=rf"SpyRLConfig\.{name}\.{field_name} must be one of"):
+                cls(**{field_name: "no-such-choice"})
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(cls(), dataclasses.fields(cls)[0].name, None)
+
+
+WHOLE_CONFIG_TAKERS = {("trainers/grpo.py", "__init__")}  # SpyRLTrainer's constructor; and spyrl/cli.py
+
+
+def whole_config_takers(files: list[Path], root: Path) -> list[str]:
+    """Functions of ``files`` with a parameter annotated ``SpyRLConfig`` (or, in ``trainers/``, a
+    ``config`` parameter left untyped or ``Any``), outside the allowed takers."""
+    takers = []
+    for path in files:
+        where = path.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for arg in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs):
+                annotation = ast.unparse(arg.annotation) if arg.annotation is not None else None
+                whole = annotation is not None and "SpyRLConfig" in annotation
+                untyped = where.startswith("trainers/") and arg.arg in ("config", "cfg") and annotation in (None, "Any")
+                if (whole or untyped) and where != "spyrl/cli.py" and (where, node.name) not in WHOLE_CONFIG_TAKERS:
+                    takers.append(f"{where}:{node.name}({arg.arg}: {annotation})")
+    return takers
+
+
+def test_no_function_takes_the_whole_trainer_config():
+    """Every function takes the section it needs (``config.loss``, ``config.rollout``, ...), not the whole
+    SpyRLConfig: only the trainer's constructor and the CLI hold it. In ``trainers/`` a parameter named
+    ``config`` is also annotated with its section, never left untyped or ``Any``."""
+    assert whole_config_takers(CODE, ROOT) == []
+
+
+def test_the_whole_config_check_sees_a_function_taking_it(tmp_path):
+    """The check fails on the forms it forbids."""
+    (tmp_path / "trainers").mkdir()
+    module = tmp_path / "trainers" / "helper.py"
+    module.write_text(
+        "def helper(config: SpyRLConfig) -> int:\n    return 0\n\n\ndef other(config) -> int:\n    return 0\n\n\n"
+        "def fine(config: LossConfig) -> int:\n    return 0\n",
+        encoding="utf-8",
+    )
+    assert whole_config_takers([module], tmp_path) == [
+        "trainers/helper.py:helper(config: SpyRLConfig)",
+        "trainers/helper.py:other(config: None)",
+    ]
 
 
 MAX_PARAMETERS = 8

@@ -122,7 +122,7 @@ def _train(tmp_path: Path, name: str, **values: Any) -> list[dict]:
     metrics = trainer.train()
     rows = [{k: v for k, v in m.items() if not k.startswith(TIMING)} for m in metrics]
     buffers = sorted((tmp_path / name / "buffers").glob("iter_*.parquet"))
-    assert len(buffers) == config.iterations
+    assert len(buffers) == config.run.iterations
     return rows + [row for path in buffers for row in EpisodeBuffer.load(path)]
 
 

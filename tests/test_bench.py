@@ -47,11 +47,11 @@ def test_shipped_sets_are_versioned_and_rebuild_identically(kind):
 
 def _train_ids(config: SpyRLConfig) -> set[str]:
     """The documents a trainer with ``config`` plays (the same load and split as SpyRLTrainer)."""
-    game = config.game_config()
+    game = config.game
     documents = load_corpus(
         game.corpus, CorpusFilter(truncate=game.max_document_chars), max_documents=game.max_documents
     )
-    return {d.id for d in split_documents(documents, config.heldout_fraction)[0]}
+    return {d.id for d in split_documents(documents, config.run.heldout_fraction)[0]}
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
@@ -62,8 +62,8 @@ def test_benchmark_documents_are_held_out_of_every_preset(kind, preset, tmp_path
     assert ids == {d.id for d in documents} and len(ids) >= 10
     config = SpyRLConfig.preset(preset, output_dir=str(tmp_path))
     # corpus-independent: the split is a hash of the id, so no corpus could put them in training
-    assert all(is_heldout(i, config.heldout_fraction) for i in ids)
-    if config.game_config().corpus != "embedded":  # a hub corpus (the paper's Nemotron): no network here
+    assert all(is_heldout(i, config.run.heldout_fraction) for i in ids)
+    if config.game.corpus != "embedded":  # a hub corpus (the paper's Nemotron): no network here
         return
     assert not ids & _train_ids(config)
     # and the check has teeth: a preset that held nothing out would train on the benchmark

@@ -77,11 +77,10 @@ def test_float_fields_read_yaml_exponent_strings_as_numbers():
 def test_decoding_options_have_one_abstain_default():
     from agents.decoding import DecodingOptions
     from trainers import SpyRLConfig
-    from trainers.policies import decoding_options
 
-    assert DecodingOptions().abstain is SpyRLConfig().abstain is False
+    assert DecodingOptions().abstain is SpyRLConfig().decoding.abstain is False
     config = SpyRLConfig.from_dict({"abstain": True, "vote_mode": "think-then-vote"})
-    assert decoding_options(config) == DecodingOptions("think-then-vote", abstain=True)
+    assert config.decoding.options() == DecodingOptions("think-then-vote", abstain=True)
 
 
 @pytest.mark.parametrize(
@@ -102,6 +101,6 @@ def test_old_config_names_are_unknown_fields(build, old):
 def test_the_game_config_owns_train_spy_vote():
     from trainers import SpyRLConfig
 
-    assert SpyRLConfig(game={"train_spy_vote": True}).game_config().train_spy_vote
-    assert not SpyRLConfig().game_config().train_spy_vote
+    assert SpyRLConfig.from_dict(dict(game={"train_spy_vote": True})).game.train_spy_vote
+    assert not SpyRLConfig().game.train_spy_vote
     assert not hasattr(__import__("spy_env"), "SpyGame")  # the former name of GameHost is gone too

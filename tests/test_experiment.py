@@ -43,7 +43,7 @@ def test_quick_experiment_writes_results_and_picture(tmp_path):
         assert evaluation["valid_vote_rate"]["mean"] == 1.0  # every vote is a seat
     assert row["difference"]["expected_accuracy"]["n"] == len(base)
     # the preset's updates per iteration (attempt 3: 4 mini-batches, the first on-policy)
-    assert row["training"][0]["losses/optimizer_steps"] == row["config"]["updates_per_iteration"]
+    assert row["training"][0]["losses/optimizer_steps"] == row["config"]["update"]["updates_per_iteration"]
     assert (out / "heldout_accuracy.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -95,7 +95,7 @@ def test_quick_selfplay_experiment_alternates_stages_and_pairs_every_evaluation(
     selfplay, detect_only = results["rows"]
     assert [h["stage"] for h in selfplay["training"]] == ["perform", "detect"]
     assert [h["stage"] for h in detect_only["training"]] == ["detect", "detect"]
-    assert selfplay["config"]["performer"] == selfplay["config"]["voter"] == "self"
+    assert selfplay["config"]["rollout"]["performer"] == selfplay["config"]["rollout"]["voter"] == "self"
     base = results["base"]["per_game"]
     for row in results["rows"]:
         games = row["per_game"]

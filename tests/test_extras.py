@@ -11,6 +11,7 @@ import pytest
 from spy_env.extras import Extra, missing, require
 from trainers.config import SpyRLConfig
 from trainers.extras import training_extras
+from trainers.models import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,19 +74,19 @@ def test_eval_checks_its_scorer_and_charts_before_generating(tmp_path):
 
 
 def test_extras_follow_the_config():
-    def modules(**values):
-        return [extra.module for extra in training_extras(SpyRLConfig(**values), plots=False)]
+    def modules(report_to=("jsonl",), **model):
+        return [extra.module for extra in training_extras(ModelConfig(**model), report_to, plots=False)]
 
-    base = modules(model="tiny")
+    base = modules(name_or_path="tiny")
     assert base == ["torch", "transformers", "accelerate", "safetensors"]
-    assert modules(model="smollm2") == [*base, "gguf"]
-    assert modules(model="tiny", lora_r=8) == [*base, "peft"]
-    assert modules(model="tiny", report_to=["jsonl", "console", "tensorboard", "trackio"]) == [
+    assert modules(name_or_path="smollm2") == [*base, "gguf"]
+    assert modules(name_or_path="tiny", lora_r=8) == [*base, "peft"]
+    assert modules(["jsonl", "console", "tensorboard", "trackio"], name_or_path="tiny") == [
         *base,
         "tensorboard",
         "trackio",
     ]
-    plotted = training_extras(SpyRLConfig(model="tiny"), plots=True)
+    plotted = training_extras(ModelConfig(name_or_path="tiny"), plots=True)
     assert plotted[-1].module == "matplotlib" and plotted[-1].install == "spyrl[train]"
 
 

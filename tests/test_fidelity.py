@@ -21,7 +21,7 @@ from spy_env.stage import Stage  # noqa: E402
 from trainers.algorithm import RAEBaselines, StageController  # noqa: E402
 from trainers.config import SpyRLConfig  # noqa: E402
 from trainers.grpo import SpyRLTrainer  # noqa: E402
-from trainers.loss import LossConfig, LossScale, clipped_policy_loss, loss_items  # noqa: E402
+from trainers.loss import LossScale, Objective, clipped_policy_loss, loss_items  # noqa: E402
 
 PAPER = "qwen3-4b-paper"
 
@@ -30,14 +30,14 @@ def fake_trainer(config: SpyRLConfig) -> types.SimpleNamespace:
     """What ``SpyRLTrainer.select_samples`` and ``mini_batch_size`` read, without a model."""
     accelerator = types.SimpleNamespace(num_processes=1)
     return types.SimpleNamespace(
-        config=config, distributed=False, accelerator=accelerator, rae=RAEBaselines(alpha=config.rae_alpha)
+        config=config, distributed=False, accelerator=accelerator, rae=RAEBaselines(alpha=config.advantages.rae_alpha)
     )
 
 
 def game_rows(game_id, votes, spy, *, config=None, penalties=None, group_id=None, prompt=None):
     """Episode-buffer rows (both stages) of one game from its votes (``None`` = abstain/invalid)."""
     config = config or SpyRLConfig()
-    game = config.game_config()
+    game = config.game
     n = len(votes)
     received = votes_received(votes, n)
     detect = detection_rewards(votes, spy)
@@ -67,24 +67,24 @@ def advantages_by(samples, key="seat"):
 # ---------------------------------------------------------------- finding 1: optimizer steps
 def test_paper_preset_makes_one_update_per_iteration():
     paper = SpyRLConfig.preset(PAPER)
-    games = paper.documents_per_iteration * paper.games_per_document
+    games = paper.rollout.documents_per_iteration * paper.rollout.games_per_document
     for samples in (games * 5, games * 4, 7):  # performances, votes (civilians only), a few
         assert SpyRLTrainer.mini_batch_size(fake_trainer(paper), samples) == samples
     # the same number in samples is many updates; in documents, verl's unit, two mini-batches of 64
-    assert SpyRLTrainer.mini_batch_size(fake_trainer(SpyRLConfig(mini_batch_size=128)), 5120) == 128
-    halves = SpyRLConfig(mini_batch_size=64, mini_batch_unit="documents", micro_batch_size=5)
+    assert SpyRLTrainer.mini_batch_size(fake_trainer(SpyRLConfig.from_dict(dict(mini_batch_size=128))), 5120) == 128
+    halves = SpyRLConfig.from_dict(dict(mini_batch_size=64, mini_batch_unit="documents", micro_batch_size=5))
     assert SpyRLTrainer.mini_batch_size(fake_trainer(halves), 5120) == 2560
-    uneven = SpyRLConfig(documents_per_iteration=100, mini_batch_size=64, mini_batch_unit="documents")
+    uneven = SpyRLConfig.from_dict(dict(documents_per_iteration=100, mini_batch_size=64, mini_batch_unit="documents"))
     assert SpyRLTrainer.mini_batch_size(fake_trainer(uneven), 500) == 250  # ceil(100 / 64) = 2 updates
 
 
 # ---------------------------------------------------------------------- finding 2: corpus
 def test_paper_preset_streams_nemotron_and_keeps_heldout_documents():
     paper = SpyRLConfig.preset(PAPER)
-    assert paper.game_config().corpus == "nemotron:4plus"
-    assert paper.heldout_fraction == pytest.approx(0.2)
-    assert paper.game_config().max_documents * (1 - paper.heldout_fraction) >= (
-        paper.iterations * paper.documents_per_iteration
+    assert paper.game.corpus == "nemotron:4plus"
+    assert paper.run.heldout_fraction == pytest.approx(0.2)
+    assert paper.game.max_documents * (1 - paper.run.heldout_fraction) >= (
+        paper.run.iterations * paper.rollout.documents_per_iteration
     )
 
 
@@ -138,8 +138,8 @@ def test_first_performing_iteration_is_centred_per_role():
 # ------------------------------------------------------------------ finding 4: the spy's vote
 def test_paper_preset_trains_the_spys_vote_inside_the_detection_group():
     paper = SpyRLConfig.preset(PAPER)
-    game = paper.game_config()
-    assert game.train_spy_vote and game.allow_self_vote and paper.spy_vote_in_group
+    game = paper.game
+    assert game.train_spy_vote and game.allow_self_vote and paper.advantages.spy_vote_in_group
     # every civilian finds the spy, the spy votes for civilian 1: the old group (civilians only)
     # has identical rewards and no signal; Eq. 5 over all n voters rewards the civilians
     rows = game_rows(0, [4, 4, 4, 4, 1], spy=4, config=paper)
@@ -179,7 +179,7 @@ def test_an_abstaining_untrained_spy_does_not_stall_the_controller():
 # ------------------------------------------------------------ finding 5: aggregation and KL
 def test_paper_preset_uses_verl_token_mean_and_low_var_kl():
     paper = SpyRLConfig.preset(PAPER)
-    assert paper.loss_type == "dapo" and paper.kl_estimator == "low_var_kl"
+    assert paper.loss.loss_type == "dapo" and paper.loss.kl_estimator == "low_var_kl"
 
 
 def test_low_var_kl_is_clamped_and_not_ratio_weighted():
@@ -187,7 +187,7 @@ def test_low_var_kl_is_clamped_and_not_ratio_weighted():
     old = torch.tensor([[-7.0, -1.2, -0.5]])  # ratios e^-1, e^0.2, 1
     ref = torch.tensor([[-1.0, -1.1, -0.4]])  # ref − logp = 7 (k3 ≈ 1089, clamped to 10), −0.1, 0.1
     mask = torch.ones(1, 3)
-    config = LossConfig(level="token", loss_type="dapo", beta=1.0, kl_estimator="low_var_kl")
+    config = Objective(level="token", loss_type="dapo", beta=1.0, kl_estimator="low_var_kl")
     out = clipped_policy_loss(logps, old, torch.zeros(1), mask, config, ref_logps=ref)
     delta = (ref - logps).detach()
     expected = (torch.exp(delta) - delta - 1).clamp(max=10.0)
@@ -197,13 +197,13 @@ def test_low_var_kl_is_clamped_and_not_ratio_weighted():
     assert k3.kl == pytest.approx(((torch.exp(delta) - delta - 1) * torch.exp(logps - old).detach()).mean().item())
     assert k3.kl > 100  # TRL's form: unclamped, weighted by the ratio
     with pytest.raises(ValueError, match="kl_estimator"):
-        SpyRLConfig(kl_estimator="k2")
+        SpyRLConfig.from_dict(dict(kl_estimator="k2"))
 
 
 # ------------------------------------------------------------------------ finding 6: smaller
 def test_an_invalid_vote_penalty_does_not_reward_the_other_wrong_votes():
     rows = game_rows(0, [1, 0, 0, 0], spy=3, penalties=[0.0, 0.0, 0.0, -0.1])  # 4 players, all wrong, spy invalid
-    config = SpyRLConfig(game={"train_spy_vote": True})
+    config = SpyRLConfig.from_dict(dict(game={"train_spy_vote": True}))
     rows = [{**r, "trainable": True} for r in rows]
     adv = advantages_by(SpyRLTrainer.select_samples(fake_trainer(config), rows, "detect")[0])
     assert adv == pytest.approx({0: 0.0, 1: 0.0, 2: 0.0, 3: -0.1})  # was +0.58 for the three wrong votes
@@ -217,7 +217,9 @@ def test_an_invalid_vote_penalty_does_not_reward_the_other_wrong_votes():
     st.sampled_from(["detect", "perform"]),
 )
 def test_penalties_never_move_another_players_advantage(spy, votes, penalties, stage):
-    config = SpyRLConfig(game={"train_spy_vote": True})  # every vote trains, so every voter is in the group
+    config = SpyRLConfig.from_dict(
+        dict(game={"train_spy_vote": True})
+    )  # every vote trains, so every voter is in the group
     clean = game_rows(0, votes, spy, config=config)
     fined = game_rows(0, votes, spy, config=config, penalties=penalties)
     if stage == "perform":  # the penalty lands on the performance rows here
@@ -234,27 +236,27 @@ def test_penalties_never_move_another_players_advantage(spy, votes, penalties, s
 
 def test_paper_stage_ema_switches_soon_after_accuracy_crosses():
     paper = SpyRLConfig.preset(PAPER)
-    controller = StageController(k_min=paper.k_min, ema=paper.stage_ema)
-    for _ in range(paper.k_min):
+    controller = StageController(k_min=paper.stages.k_min, ema=paper.stages.stage_ema)
+    for _ in range(paper.stages.k_min):
         assert controller.update(0.5, 0.0) is Stage.VOTE
     switched_after = next(k for k in range(1, 40) if controller.update(0.95, 0.0) is Stage.PERFORM)
     assert switched_after <= 5  # ρ = 0.9 took 21
 
 
 def test_prompt_groups_compare_a_seats_vote_across_replayed_games():
-    config = SpyRLConfig(detect_advantage_groups="prompt")
+    config = SpyRLConfig.from_dict(dict(detect_advantage_groups="prompt"))
     rows = game_rows(0, [2, 2, 0], spy=2, group_id=7) + game_rows(1, [1, 2, 0], spy=2, group_id=7)
     adv = {(s.row["game_id"], s.row["seat"]): s.advantage for s in SpyRLTrainer.select_samples(fake_trainer(config), rows, "detect")[0]}  # fmt: skip
     assert adv[(0, 0)] > 0 > adv[(1, 0)]  # seat 0 right in game 0, wrong in game 1: one group
     assert adv[(0, 1)] == adv[(1, 1)] == 0.0
     with pytest.raises(ValueError, match="detect_advantage_groups"):
-        SpyRLConfig(detect_advantage_groups="prompt", replay_setup=False)
+        SpyRLConfig.from_dict(dict(detect_advantage_groups="prompt", replay_setup=False))
 
 
 def _group_norm_spy(second_game_votes: list[int]) -> tuple[SpyRLConfig, list, list]:
     """``perform_group_norm`` over one replay group of two games (spy in seat 3, b_spy = −2): the
     config, every selected sample, and the spy's samples."""
-    config = SpyRLConfig(perform_group_norm=True)
+    config = SpyRLConfig.from_dict(dict(perform_group_norm=True))
     trainer = fake_trainer(config)
     trainer.rae.baselines = {"civilian": 0.0, "spy": -2.0}
     rows = game_rows(0, [2, 0, 0], spy=2, group_id=3) + game_rows(1, second_game_votes, spy=2, group_id=3)
@@ -265,7 +267,7 @@ def _group_norm_spy(second_game_votes: list[int]) -> tuple[SpyRLConfig, list, li
 def test_perform_group_norm_keeps_the_rae_baseline():
     config, _, spy = _group_norm_spy([2, 2, 0])
     rewards = np.array([s.row["reward_perform"] for s in spy])  # 0.0 and -1.5: a spread to scale by
-    expected = (rewards + 2.0) / (rewards.std() + config.advantage_eps)
+    expected = (rewards + 2.0) / (rewards.std() + config.advantages.advantage_eps)
     assert [s.advantage for s in spy] == pytest.approx(expected.tolist())
     assert np.mean(expected) > 0  # group re-centring would have made it 0, discarding b_spy
 
@@ -286,14 +288,13 @@ def test_paper_preset_removes_spans_silently():
     import spy_env
 
     paper = SpyRLConfig.preset(PAPER)
-    game = {**paper.game, "corpus": "embedded"}
-    env = spy_env.parallel_env(**game)
+    env = spy_env.parallel_env(replace(paper.game, corpus="embedded"))
     observations, _ = env.reset(seed=3)
     spy = env.game.spy_seat
     spy_prompt = observations[f"player_{spy}"]["prompt"]
     civilian_prompt = observations[f"player_{(spy + 1) % 5}"]["prompt"]
     assert "[…]" not in spy_prompt and len(spy_prompt) < len(civilian_prompt)
-    default_env = spy_env.parallel_env(**{**game, "mask_placeholder": "[…]"})
+    default_env = spy_env.parallel_env(replace(paper.game, corpus="embedded", mask_placeholder="[…]"))
     observations, _ = default_env.reset(seed=3)
     assert "[…]" in observations[f"player_{spy}"]["prompt"]  # the marked form stays one flag away
 
@@ -318,10 +319,10 @@ def test_paper_preset_plays_each_training_document_once_per_epoch():
     from trainers.documents import epoch_documents
 
     paper = SpyRLConfig.preset(PAPER)
-    assert paper.document_order == "epoch"
+    assert paper.rollout.document_order == "epoch"
     documents = [f"doc-{i}" for i in range(40)]
     per = 8
-    played = [d for step in range(10) for d in epoch_documents(documents, per, step, seed=paper.seed)]
+    played = [d for step in range(10) for d in epoch_documents(documents, per, step, seed=paper.run.seed)]
     assert sorted(played[:40]) == sorted(documents) and sorted(played[40:]) == sorted(documents)
     assert epoch_documents(documents, per, 3, seed=0) == epoch_documents(documents, per, 3, seed=0)
     assert played[:40] != played[40:] and played[:40] != documents  # shuffled, and reshuffled each epoch
@@ -334,7 +335,9 @@ def test_samples_pair_rows_with_advantages_without_writing_into_the_buffer():
 
     from trainers.samples import Sample
 
-    config = SpyRLConfig(vote_mode="constrained", vote_gradient="expected", detect_advantage_groups="batch")
+    config = SpyRLConfig.from_dict(
+        dict(vote_mode="constrained", vote_gradient="expected", detect_advantage_groups="batch")
+    )
     rows = [
         {**r, "completion_mask": [0, 1], "choice_step": 1, "choice_token_ids": [1, 2, 3, -1]}
         for r in game_rows(0, [2, 2, 0], spy=2)
@@ -358,7 +361,7 @@ def test_a_vote_is_one_decision_with_one_weight_whatever_its_length(loss_type):
     mask[1, :2] = 1
     logps = torch.full((2, 10), -1.0, requires_grad=True)
     old = logps.detach().clone()
-    config = LossConfig(level="action", loss_type=loss_type, beta=0.0)
+    config = Objective(level="action", loss_type=loss_type, beta=0.0)
     out = clipped_policy_loss(logps, old, torch.tensor([1.0, 1.0]), mask, config)
     (grad,) = torch.autograd.grad(out.loss, logps)
     assert grad[0, 0].item() == pytest.approx(grad[1, 0].item()) == pytest.approx(-0.5)  # -A / (2 votes)
@@ -367,7 +370,7 @@ def test_a_vote_is_one_decision_with_one_weight_whatever_its_length(loss_type):
     k3 = math.exp(-0.5) - 0.5
     with_kl = clipped_policy_loss(logps, old, torch.zeros(2), mask, replace(config, beta=beta), ref_logps=ref)
     assert with_kl.loss.item() == pytest.approx(beta * (10 * k3 + 2 * k3) / 2, rel=1e-5)
-    dapo = LossConfig(level="action", loss_type="dapo")  # dapo's mini-batch denominator counts decisions
+    dapo = Objective(level="action", loss_type="dapo")  # dapo's mini-batch denominator counts decisions
     half = clipped_policy_loss(logps, old, torch.tensor([1.0, 1.0]), mask, dapo, scale=LossScale(4))
     assert half.loss.item() == pytest.approx(-0.5)
     assert loss_items([torch.ones(10), torch.ones(2), torch.zeros(3)], "action") == 2
@@ -395,18 +398,20 @@ def test_truncation_keeps_the_last_vote_tag_and_the_boxed_answer():
 def test_character_limits_follow_the_token_budget():
     """The paper preset's 4096-token replies are never cut by characters (8 per token); small budgets keep
     the environment's defaults, and an explicit game.max_vote_chars wins."""
-    game = SpyRLConfig.preset(PAPER).game_config()
+    game = SpyRLConfig.preset(PAPER).game
     assert game.max_vote_chars >= 8 * 4096 and game.max_performance_chars >= 8 * 4096
-    small = SpyRLConfig.preset("cpu-smoke").game_config()
+    small = SpyRLConfig.preset("cpu-smoke").game
     assert (small.max_vote_chars, small.max_performance_chars) == (4000, 8000)
-    assert SpyRLConfig.preset(PAPER, game={"max_vote_chars": 500}).game_config().max_vote_chars == 500
+    assert SpyRLConfig.preset(PAPER, game={"max_vote_chars": 500}).game.max_vote_chars == 500
 
 
 def test_a_bracketed_placeholder_override_stays_a_string():
     """`--set game.mask_placeholder="[…]"` (the documented alternative to silent removal) is the text "[…]",
     not a YAML list; numbers and booleans of other fields still parse."""
-    config = SpyRLConfig.preset(PAPER).with_overrides(["game.mask_placeholder=[…]", "beta=0.01", "model=[x]"])
-    assert config.game_config().mask_placeholder == "[…]" and config.beta == 0.01 and config.model == "[x]"
+    config = SpyRLConfig.preset(PAPER).with_overrides(
+        ["game.mask_placeholder=[…]", "beta=0.01", "model.name_or_path=[x]"]
+    )
+    assert config.game.mask_placeholder == "[…]" and config.loss.beta == 0.01 and config.model.name_or_path == "[x]"
 
 
 # ------------------------------------------------- issue #30: which group, which memory, on real rows
@@ -449,7 +454,7 @@ def test_eq5_groups_are_one_games_voters_on_a_real_buffer(played):
     got = {(s.row["game_id"], s.row["seat"]): s.advantage for s in trainer.select_samples(rows, "detect")[0]}
     assert sorted(got) == sorted(per_game)  # every voter trains, the spy included
     assert got == pytest.approx(per_game, abs=1e-9)
-    prompt = replace(trainer.config, detect_advantage_groups="prompt")
+    prompt = trainer.config.with_overrides(["detect_advantage_groups=prompt"])
     got = {(s.row["game_id"], s.row["seat"]): s.advantage for s in SpyRLTrainer.select_samples(
         fake_trainer(prompt), rows, "detect")[0]}  # fmt: skip
     assert got == pytest.approx(by_hand(votes, lambda r: (r["group_id"], r["seat"])), abs=1e-9)
@@ -461,9 +466,9 @@ def test_rae_baselines_remember_across_performing_iterations(played):
     ``b ← α b + (1 − α) r̄_role`` (α = 0.9), computed here by hand; a baseline re-seeded from every batch
     (no memory) gives ``r − r̄_role`` of each batch instead."""
     trainer, rows = played
-    config = replace(trainer.config, rae_init="first_batch", rae_alpha=0.9, penalty_advantage="own")
+    config = trainer.config.with_overrides(["rae_init=first_batch", "rae_alpha=0.9", "penalty_advantage=own"])
     fake = fake_trainer(config)
-    weight, penalty_weight = config.game_config().weight_perform, config.game_config().weight_penalty
+    weight, penalty_weight = config.game.weight_perform, config.game.weight_penalty
     baselines: dict[str, float] = {}
     memoryless_gap = 0.0
     for document in sorted({r["group_id"] for r in rows}):

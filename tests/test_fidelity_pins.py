@@ -150,7 +150,7 @@ def test_dapo_denominator_is_the_whole_mini_batch_across_micro_batches(tmp_path)
 
 
 PAPER_VALUES = {
-    "model": "Qwen/Qwen3-4B-Instruct-2507", "dtype": "bfloat16", "gradient_checkpointing": True, "lora_r": 0,
+    "name_or_path": "Qwen/Qwen3-4B-Instruct-2507", "dtype": "bfloat16", "gradient_checkpointing": True, "lora_r": 0,
     "train_top_layers": 0, "generation": "vllm-colocate", "documents_per_iteration": 128, "games_per_document": 8,
     "replay_setup": True, "document_order": "epoch", "temperature": 1.0, "top_p": 1.0, "max_prompt_tokens": 12288,
     "max_completion_tokens": 4096, "vote_mode": "free", "answer": "free", "iterations": 100,
@@ -172,8 +172,9 @@ PAPER_GAME = {
 def test_paper_preset_sets_every_hyper_parameter():
     """Every value of the paper's regime (the paper's, verl's, or a listed choice), model id and lengths included."""
     paper = SpyRLConfig.preset(PAPER)
-    assert {k: getattr(paper, k) for k in PAPER_VALUES} == PAPER_VALUES
-    game = paper.game_config()
+    values = {k: v for section in paper.to_dict().values() for k, v in section.items()}
+    assert {k: values[k] for k in PAPER_VALUES} == PAPER_VALUES
+    game = paper.game
     assert {k: getattr(game, k) for k in PAPER_GAME} == PAPER_GAME
     assert game.resolved_degrade == "mask_spans" and game.resolved_ratio == pytest.approx(0.4)
 
@@ -202,7 +203,7 @@ def test_group_normalisation_uses_population_std_and_eps():
     std = np.std([1.0, 0, 0, 0, 0])  # 0.4, population
     assert adv == pytest.approx([(0.8) / (std + 1e-4), *[(-0.2) / (std + 1e-4)] * 4], rel=1e-12)
     assert group_normalized_advantages([1.0, 0.0], ["g"] * 2, eps=0.5).tolist() == pytest.approx([0.5, -0.5])
-    assert SpyRLConfig.preset(PAPER).advantage_eps == 1e-4
+    assert SpyRLConfig.preset(PAPER).advantages.advantage_eps == 1e-4
 
 
 def test_heldout_membership_is_pinned():

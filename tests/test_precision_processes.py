@@ -180,7 +180,7 @@ def test_batch_groups_normalise_over_every_processs_votes(update_runs):
     from tests.distributed_check import batch_votes
 
     rewards = np.array([r["reward"] for r in batch_votes()])
-    expected = (rewards - rewards.mean()) / (rewards.std() + SpyRLConfig().advantage_eps)
+    expected = (rewards - rewards.mean()) / (rewards.std() + SpyRLConfig().advantages.advantage_eps)
     for processes in (1, 2):
         got = update_runs[processes][1]["batch_advantages"]
         assert sorted(got, key=int) == [str(i) for i in range(len(rewards))]
@@ -193,16 +193,28 @@ def test_share_of_the_global_batch_and_mini_batches():
     from trainers.processes import documents_share
 
     paper = SpyRLConfig.preset("qwen3-4b-paper")
-    shares = [documents_share(paper, 7, rank) for rank in range(7)]
+    shares = [documents_share(paper.rollout.documents_per_iteration, 7, rank) for rank in range(7)]
     assert [count for _, count in shares] == [19, 19, 18, 18, 18, 18, 18]
     assert [start for start, _ in shares] == [0, 19, 38, 56, 74, 92, 110]
     step = epoch_documents(list(range(300)), 128, 3, seed=0)  # what one process plays at iteration 3
     assert [d for start, count in shares for d in step[start : start + count]] == step
-    assert documents_share(SpyRLConfig(documents_per_iteration=6), 1) == (0, 6)
+    assert documents_share(
+        SpyRLConfig.from_dict(dict(documents_per_iteration=6)).rollout.documents_per_iteration, 1
+    ) == (0, 6)
     with pytest.raises(ValueError, match="documents_per_iteration"):
-        documents_share(SpyRLConfig(documents_per_iteration=2), 4)
-    assert mini_batch_size(SpyRLConfig(mini_batch_size=128), 500, num_processes=2) == 64
-    assert mini_batch_size(paper, 2560, num_processes=2) == 2560  # one update: every row of this process
+        documents_share(SpyRLConfig.from_dict(dict(documents_per_iteration=2)).rollout.documents_per_iteration, 4)
+    assert (
+        mini_batch_size(
+            SpyRLConfig.from_dict(dict(mini_batch_size=128)).update,
+            SpyRLConfig.from_dict(dict(mini_batch_size=128)).rollout.documents_per_iteration,
+            500,
+            num_processes=2,
+        )
+        == 64
+    )
+    assert (
+        mini_batch_size(paper.update, paper.rollout.documents_per_iteration, 2560, num_processes=2) == 2560
+    )  # one update: every row of this process
 
 
 def test_fsdp_and_deepspeed_keep_their_own_mixed_precision():

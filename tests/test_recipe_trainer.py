@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 from spy_env.stage import Stage  # noqa: E402
 from trainers import SpyRLConfig, SpyRLTrainer  # noqa: E402
 from trainers.choices import VOTE_GRADIENTS, Choice, VoteGradient, choice_loss, register_vote_gradient  # noqa: E402
-from trainers.loss import AGGREGATIONS, Aggregation, LossConfig, clipped_policy_loss, register_aggregation  # noqa: E402
+from trainers.loss import AGGREGATIONS, Aggregation, Objective, clipped_policy_loss, register_aggregation  # noqa: E402
 from trainers.samples import (  # noqa: E402
     ADVANTAGE_GROUPINGS,
     AdvantageGrouping,
@@ -39,7 +39,7 @@ def decision_sum(terms: torch.Tensor, decisions: torch.Tensor) -> torch.Tensor:
 def registered():
     assert "sum" not in AGGREGATIONS
     with pytest.raises(ValueError, match="loss_type must be one of"):
-        SpyRLConfig(loss_type="sum")  # unknown until registered
+        SpyRLConfig.from_dict(dict(loss_type="sum"))  # unknown until registered
     register_aggregation("sum", Aggregation(token_sum, decision_sum))
     yield
     del AGGREGATIONS["sum"]
@@ -52,7 +52,7 @@ def test_a_registered_aggregation_is_the_loss_at_every_level(registered):
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
     advantages = torch.tensor([1.0, -2.0])
     for level, expected in (("token", -(1 * 2 - 2 * 3)), ("sequence", -(1 * 2 - 2 * 3)), ("action", -(1 - 2))):
-        out = clipped_policy_loss(logps, logps, advantages, mask, LossConfig(level, "sum"))
+        out = clipped_policy_loss(logps, logps, advantages, mask, Objective(level, "sum"))
         assert math.isclose(out.loss.item(), expected), level
     with pytest.raises(ValueError, match="needs tokens and actions"):
         register_aggregation("half", Aggregation(token_sum))
@@ -101,7 +101,9 @@ def test_a_registered_vote_gradient_scores_the_choices_and_trains(tmp_path):
             float(choice_loss(logq, logq, torch.tensor([1.0, -1.0]), "contrast")), expected, rel_tol=1e-6
         )
         with pytest.raises(ValueError, match="vote_gradient must be 'sampled' unless"):
-            SpyRLConfig(vote_gradient="contrast", vote_mode="free")  # it scores choices: a free vote has none
+            SpyRLConfig.from_dict(
+                dict(vote_gradient="contrast", vote_mode="free")
+            )  # it scores choices: a free vote has none
         config = SpyRLConfig.preset(
             "cpu-smoke", output_dir=str(tmp_path), progress=False, keep_buffers=False, vote_gradient="contrast",
             stage_schedule="detect", iterations=1, beta=0.0,
@@ -132,8 +134,10 @@ def test_a_registered_advantage_grouping_normalises_its_groups(tmp_path):
     try:
         rows = [{"spy_seat": s, "role": "civilian"} for s in (0, 0, 1, 1)]
         assert advantage_groups(rows, "spy-seat") == [0, 0, 1, 1]
-        config = SpyRLConfig(detect_advantage_groups="spy-seat", vote_gradient="sampled")
-        advantages = stage_advantages(rows, [1.0, 0.0, 1.0, 1.0], Stage.VOTE, config, None)
+        config = SpyRLConfig.from_dict(dict(detect_advantage_groups="spy-seat", vote_gradient="sampled"))
+        advantages = stage_advantages(
+            rows, [1.0, 0.0, 1.0, 1.0], Stage.VOTE, config.advantages, None, config.game.weight_detect
+        )
         assert advantages.round(3).tolist() == [1.0, -1.0, 0.0, 0.0]  # (r − mean) / (std + ε) per group
         trained = SpyRLConfig.preset(
             "cpu-smoke", output_dir=str(tmp_path), progress=False, keep_buffers=False, stage_schedule="detect",

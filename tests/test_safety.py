@@ -690,8 +690,8 @@ def test_the_viewers_source_copy_diff_is_bounded(kind):
     assert "".join(rebuilt) + source[last:] == copy
 
 
-@pytest.mark.parametrize("assignment, field", [("device=tpu", "device"), ("report_to=[[1]]", "report_to"),
-                                               ("seed=-1", "seed")])  # fmt: skip
+@pytest.mark.parametrize("assignment, field", [("device=tpu", "model.device"), ("report_to=[[1]]", "run.report_to"),
+                                               ("seed=-1", "run.seed")])  # fmt: skip
 def test_bad_train_settings_are_refused_before_anything_is_written(tmp_path, assignment, field, capsys):
     """Pass 3, Tracebacks: ``device=tpu`` failed after writing outputs, ``report_to=[[1]]`` was a
     TypeError, ``seed=-1`` an error naming no field."""

@@ -94,7 +94,7 @@ def toy_detection_config(out: Path, **overrides) -> SpyRLConfig:
 
     model = build_tiny_model(out.parent / "tiny-64x2", hidden_size=64, num_layers=2, num_heads=4)
     values = dict(
-        model=str(model), output_dir=str(out), device="cpu", dtype="float32",
+        name_or_path=str(model), output_dir=str(out), device="cpu", dtype="float32",
         documents_per_iteration=16, games_per_document=4, replay_setup=True,
         mini_batch_size=64, micro_batch_size=32, learning_rate=3e-3, beta=0.0, iterations=60,
         max_completion_tokens=12, generation_batch_size=192, vote_mode="constrained", performer="heuristic",
@@ -103,7 +103,7 @@ def toy_detection_config(out: Path, **overrides) -> SpyRLConfig:
         game={"n_players": 3, "degrade": "blank", "prompts": {"vote": "{performances}\nThe spy is Player"}},
     )  # fmt: skip
     values.update(overrides)
-    return SpyRLConfig(**values)
+    return SpyRLConfig.from_dict(values)
 
 
 @pytest.mark.slow
@@ -115,7 +115,7 @@ def test_it_learns_to_detect_the_spy(tmp_path):
     assert 0.3 <= before <= 0.7  # chance: 2 legal targets per civilian voter
     best = 0.0
     start = time.monotonic()
-    while trainer.iteration < trainer.config.iterations and time.monotonic() - start < 480:
+    while trainer.iteration < trainer.config.run.iterations and time.monotonic() - start < 480:
         metrics = trainer.train_iteration()
         best = max(best, metrics.get("eval/detection_accuracy", 0.0))
         if best >= 0.8:
@@ -285,7 +285,7 @@ def test_forced_vote_tokens_are_never_scored(tmp_path):
 
     def updated(samples):
         trainer.model.load_state_dict(start)
-        trainer.optimizer = torch.optim.AdamW(trainer.model.parameters(), lr=config.learning_rate)
+        trainer.optimizer = torch.optim.AdamW(trainer.model.parameters(), lr=config.update.learning_rate)
         trainer.update(list(samples), "detect")
         return {k: v.clone() for k, v in trainer.model.state_dict().items()}
 

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from spy_env.stage import Stage  # noqa: E402
 from trainers.algorithm import RAEBaselines, StageController, group_normalized_advantages  # noqa: E402
 from trainers.config import SpyRLConfig  # noqa: E402
-from trainers.loss import LossConfig, LossScale, clipped_policy_loss  # noqa: E402
+from trainers.loss import LossScale, Objective, clipped_policy_loss  # noqa: E402
 
 
 def fixed_inputs(seed=0, B=4, T=6):
@@ -73,7 +73,7 @@ def reference_loss(logps, old, ref, adv, mask, level, loss_type, eps_lo, eps_hi,
 @pytest.mark.parametrize("level", ["token", "sequence", "action"])
 def test_loss_and_gradients_match_an_independent_computation(loss_type, level):
     logps, old, ref, adv, mask = fixed_inputs()
-    config = LossConfig(level, loss_type, epsilon_low=0.2, epsilon_high=0.28, beta=0.04, max_completion_length=8)
+    config = Objective(level, loss_type, epsilon_low=0.2, epsilon_high=0.28, beta=0.04, max_completion_length=8)
     out = clipped_policy_loss(logps, old, adv, mask, config, ref_logps=ref, scale=LossScale(accumulation_steps=2))
     (grad,) = torch.autograd.grad(out.loss, logps)
     logps2 = logps.detach().clone().requires_grad_(True)
@@ -134,7 +134,7 @@ def trl_loss(logps, old, ref, adv, mask, *, loss_type, level, beta, eps_lo, eps_
 @pytest.mark.parametrize("level", ["token", "sequence"])
 def test_loss_matches_trl(loss_type, level):
     logps, old, ref, adv, mask = fixed_inputs(seed=3)
-    config = LossConfig(level, loss_type, epsilon_low=0.2, epsilon_high=0.28, beta=0.001, max_completion_length=10)
+    config = Objective(level, loss_type, epsilon_low=0.2, epsilon_high=0.28, beta=0.001, max_completion_length=10)
     ours = clipped_policy_loss(logps, old, adv, mask, config, ref_logps=ref)
     (g_ours,) = torch.autograd.grad(ours.loss, logps)
     theirs = trl_loss(
@@ -148,7 +148,7 @@ def test_loss_matches_trl(loss_type, level):
 def test_loss_sign_pushes_probability_toward_positive_advantages():
     logps, _, _, _, mask = fixed_inputs()
     adv = torch.tensor([1.0, -1.0, 1.0, -1.0])
-    out = clipped_policy_loss(logps, logps.detach(), adv, mask, LossConfig(level="action"))
+    out = clipped_policy_loss(logps, logps.detach(), adv, mask, Objective(level="action"))
     (grad,) = torch.autograd.grad(out.loss, logps)
     # Gradient descent moves logp along -grad: up for A > 0, down for A < 0.
     assert (-grad[0][mask[0] > 0] > 0).all() and (-grad[1] < 0).all()
@@ -244,19 +244,24 @@ def test_config_validation_and_presets():
     for preset in ("cpu-smoke", "smollm2-cpu", "qwen3-4b-paper"):
         SpyRLConfig.preset(preset)
     paper = SpyRLConfig.preset("qwen3-4b-paper")
-    assert (paper.learning_rate, paper.beta, paper.epsilon, paper.iterations) == (1e-6, 0.001, 0.2, 100)
-    assert paper.documents_per_iteration * paper.games_per_document == 1024
+    assert (paper.update.learning_rate, paper.loss.beta, paper.loss.epsilon, paper.run.iterations) == (
+        1e-6,
+        0.001,
+        0.2,
+        100,
+    )
+    assert paper.rollout.documents_per_iteration * paper.rollout.games_per_document == 1024
     with pytest.raises(ValueError, match="loss_type"):
-        SpyRLConfig(loss_type="ppo")
+        SpyRLConfig.from_dict(dict(loss_type="ppo"))
     with pytest.raises(ValueError, match="mini_batch_size"):
-        SpyRLConfig(mini_batch_size=10, micro_batch_size=4)
+        SpyRLConfig.from_dict(dict(mini_batch_size=10, micro_batch_size=4))
     with pytest.raises(ValueError, match="n_players"):
-        SpyRLConfig(game={"n_players": 1})
+        SpyRLConfig.from_dict(dict(game={"n_players": 1}))
     cfg = SpyRLConfig.preset("cpu-smoke").with_overrides(["learning_rate=0.01", "game.rounds=2"])
-    assert cfg.learning_rate == 0.01 and cfg.game["rounds"] == 2 and cfg.game["n_players"] == 3
+    assert cfg.update.learning_rate == 0.01 and cfg.game.rounds == 2 and cfg.game.n_players == 3
     with pytest.raises(ValueError, match="unknown"):
         SpyRLConfig.from_dict({"lr": 1})
-    assert math.isclose(SpyRLConfig(epsilon=0.2, epsilon_high=0.28).epsilon_upper, 0.28)
+    assert math.isclose(SpyRLConfig.from_dict(dict(epsilon=0.2, epsilon_high=0.28)).loss.epsilon_upper, 0.28)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -290,4 +295,4 @@ def test_shipped_accelerate_configs_load(name, kind):
     if kind == "DEEPSPEED":  # the trainer marks accumulation boundaries and the engine clips
         assert config.deepspeed_config["zero_stage"] == 3
         assert config.deepspeed_config["gradient_accumulation_steps"] == 1
-        assert config.deepspeed_config["gradient_clipping"] == SpyRLConfig().max_grad_norm
+        assert config.deepspeed_config["gradient_clipping"] == SpyRLConfig().update.max_grad_norm

@@ -52,8 +52,15 @@ def test_stage_policy_routes_by_stage_and_restarts_and_syncs_only_the_learner():
     policy.sync()
     assert learner.restarts == [7] and learner.syncs == 1
     assert isinstance(policy, RolloutPolicy)
-    assert seat_policy(SpyRLConfig(), learner) is learner
-    assert isinstance(seat_policy(SpyRLConfig(voter="heuristic"), learner), StagePolicy)
+    assert seat_policy(SpyRLConfig().rollout, SpyRLConfig().run.seed, learner) is learner
+    assert isinstance(
+        seat_policy(
+            SpyRLConfig.from_dict(dict(voter="heuristic")).rollout,
+            SpyRLConfig.from_dict(dict(voter="heuristic")).run.seed,
+            learner,
+        ),
+        StagePolicy,
+    )
 
 
 def test_seed_streams_keep_their_numbers():
@@ -70,8 +77,8 @@ def test_seed_streams_keep_their_numbers():
 
 
 def test_the_controller_parses_schedule_names_once_and_holds_stages():
-    config = SpyRLConfig(stage_schedule="alternate", start_stage="perform", k_min=1, stage_ema=0.5)
-    controller = StageController.from_config(config)
+    config = SpyRLConfig.from_dict(dict(stage_schedule="alternate", start_stage="perform", k_min=1, stage_ema=0.5))
+    controller = StageController.from_config(config.stages)
     assert (controller.schedule, controller.k_min, controller.ema) == ("alternate", 1, 0.5)
     assert controller.start is Stage.PERFORM
     assert controller.training_stage is Stage.PERFORM
@@ -89,11 +96,13 @@ def test_validating_a_config_builds_no_agent(monkeypatch):
         raise AssertionError("validation must not build agents")
 
     monkeypatch.setattr(agents, "load", refuse)
-    SpyRLConfig(performer="hf:Qwen/Qwen3-4B-Instruct-2507", voter="openai:gpt@http://localhost:1/v1")
+    SpyRLConfig.from_dict(dict(performer="hf:Qwen/Qwen3-4B-Instruct-2507", voter="openai:gpt@http://localhost:1/v1"))
     for spec, needle in (
         ("gpt", "unknown agent spec"),
         ("random:x", "integer seed"),
         ("hf:./no/such/dir", "does not exist"),
     ):
-        with pytest.raises(ValueError, match=rf"SpyRLConfig\.performer must be 'self' or an agent spec \(.*{needle}"):
-            SpyRLConfig(performer=spec)
+        with pytest.raises(
+            ValueError, match=rf"SpyRLConfig\.rollout\.performer must be 'self' or an agent spec \(.*{needle}"
+        ):
+            SpyRLConfig.from_dict(dict(performer=spec))

@@ -92,18 +92,20 @@ def test_arguments_bind_to_trl_vllm_generation_and_vllm_is_required(tmp_path, ti
     _, model, tokenizer = tiny
     for generation in ("vllm-colocate", "vllm-server"):
         config = _config(tmp_path, generation=generation, vllm_gpu_memory_utilization=0.25, vllm_max_model_length=9000)
-        kwargs = vllm_generation_kwargs(config, model, Accelerator(cpu=True), tokenizer)
+        kwargs = vllm_generation_kwargs(config.rollout, config.decoding, model, Accelerator(cpu=True), tokenizer)
         inspect.signature(VLLMGeneration).bind(**kwargs)
         engine = VLLMGeneration.__new__(VLLMGeneration)
         with pytest.raises(ImportError, match="vLLM"):
             engine.__init__(**kwargs)
         assert engine.mode == {"vllm-colocate": "colocate", "vllm-server": "server"}[generation]
         assert engine.structured_outputs_regex is None and engine.logprobs == 0
-        assert engine.max_completion_length == config.max_completion_tokens == 16
-        assert engine.gpu_memory_utilization == 0.25 and engine.temperature == config.temperature
+        assert engine.max_completion_length == config.decoding.max_completion_tokens == 16
+        assert engine.gpu_memory_utilization == 0.25 and engine.temperature == config.decoding.temperature
         assert engine.max_model_length == 9000
-        assert (engine.server_base_url == config.vllm_server_url) == (generation == "vllm-server")
-    default = vllm_generation_kwargs(_config(tmp_path), model, Accelerator(cpu=True), tokenizer)["max_model_length"]
+        assert (engine.server_base_url == config.rollout.vllm_server_url) == (generation == "vllm-server")
+    default = vllm_generation_kwargs(
+        _config(tmp_path).rollout, _config(tmp_path).decoding, model, Accelerator(cpu=True), tokenizer
+    )["max_model_length"]
     assert default == 4096 + 16  # cpu-smoke: max_prompt_tokens + max_completion_tokens
     inspect.signature(VLLMGeneration.generate).bind(engine, [[1, 2]], None, 1)  # how VLLMRolloutPolicy calls it
 
@@ -154,13 +156,15 @@ class SeparateWeightsEngine:
     def __init__(self, config, model, accelerator, tokenizer, model_path):
         self.model = model  # the trained model, as TRL's class holds it
         self.copy = copy.deepcopy(model).eval()
-        self.max_completion_length = config.max_completion_tokens
+        self.max_completion_length = config.decoding.max_completion_tokens
         self.max_model_length = None  # as VLLMGeneration holds it: None leaves the limit to vLLM
         self.structured_outputs_regex = None
         self.generator = HFPolicy(
             self.copy,
             tokenizer,
-            sampling=SamplingParams(temperature=config.temperature, max_new_tokens=config.max_completion_tokens),
+            sampling=SamplingParams(
+                temperature=config.decoding.temperature, max_new_tokens=config.decoding.max_completion_tokens
+            ),
         )
         self.calls: list[tuple[int, str | None]] = []
         self.stale_before_sync: list[float] = []
@@ -209,7 +213,7 @@ def test_trainer_syncs_the_engine_after_each_update_and_after_resume(tmp_path, m
 
     engines: list[SeparateWeightsEngine] = []
 
-    def make(config, model, accelerator, tokenizer, model_path):
+    def make(rollout, decoding, model, accelerator, tokenizer, model_path):
         engines.append(SeparateWeightsEngine(config, model, accelerator, tokenizer, model_path))
         return engines[-1]
 
@@ -241,7 +245,9 @@ def test_vllm_rollouts_refuse_a_boxed_answer_by_name(tiny):
     _, model, tokenizer = tiny
     with pytest.raises(ValueError, match=r"DecodingOptions\.answer='boxed' is not supported by vLLM rollouts"):
         VLLMRolloutPolicy(object(), HFPolicy(model, tokenizer), decoding=DecodingOptions(answer="boxed"))
-    with pytest.raises(ValueError, match=r"SpyRLConfig\.answer must be 'free' with generation='vllm-colocate'"):
-        SpyRLConfig(answer="boxed", generation="vllm-colocate")
+    with pytest.raises(
+        ValueError, match=r"SpyRLConfig\.decoding\.answer must be 'free' with rollout\.generation='vllm-colocate'"
+    ):
+        SpyRLConfig.from_dict(dict(answer="boxed", generation="vllm-colocate"))
     policy = VLLMRolloutPolicy(object(), HFPolicy(model, tokenizer), decoding=DecodingOptions("think-then-vote", 8))
     assert policy.regex([{"stage": 1, "vote_targets": [1, 1]}]) == "[^<]{0,32}<vote>(?:1|2)</vote>"

@@ -19,7 +19,7 @@ from spy_env.stage import Stage  # noqa: E402
 from trainers import SpyRLConfig, SpyRLTrainer  # noqa: E402
 from trainers.choices import Choice, choice_loss  # noqa: E402
 from trainers.logprobs import sequence_logps  # noqa: E402
-from trainers.loss import LossConfig, LossScale  # noqa: E402
+from trainers.loss import LossScale  # noqa: E402
 from trainers.samples import choice_advantages, stage_advantages  # noqa: E402
 from trainers.update import MicroBatch, micro_loss  # noqa: E402
 from trainers.votes import ForwardVotes, retained_logps  # noqa: E402
@@ -96,7 +96,7 @@ def _batch(rows, config, choices, coefficients):
     return MicroBatch(
         prompts=[[1]] * len(rows), completions=[r["completion_token_ids"] for r in rows],
         scored=[torch.ones(1)] * len(rows), old_logps=[None] * len(rows), ref_logps=None,
-        advantages=[r["advantage"] for r in rows], loss=LossConfig.from_config(config, "action"),
+        advantages=[r["advantage"] for r in rows], loss=config.loss.objective("action", config.decoding.max_completion_tokens, config.advantages.vote_gradient),
         scale=LossScale(len(rows), 1),
         choices=choices, old_choices=[None] * len(rows), coefficients=coefficients,
     )  # fmt: skip
@@ -109,15 +109,17 @@ def _choice_gradient(logits: torch.Tensor, rows: list[dict], config: SpyRLConfig
     logq_by_prompt = torch.log_softmax(z, -1)  # (8, 3)
     n = len(rows)
     rewards = [r["reward_detect"] for r in rows]
-    for row, a in zip(rows, stage_advantages(rows, rewards, stage, config, None), strict=True):
+    for row, a in zip(
+        rows, stage_advantages(rows, rewards, stage, config.advantages, None, config.game.weight_detect), strict=True
+    ):
         row["advantage"] = float(a)
-    weights = choice_advantages(rows, stage, config)
+    weights = choice_advantages(rows, stage, config.advantages, config.game.weight_detect)
     choices = [Choice.of(r) for r in rows]
     logq = [logq_by_prompt[j % 8] for j in range(n)]
     logps = torch.stack([logq[j][choices[j].taken] for j in range(n)]).unsqueeze(1)  # (B, 1)
     coefficients = [None if w is None else torch.tensor(w, dtype=torch.float32) for w in weights]
     batch = _batch(rows, config, choices, coefficients)
-    micro_loss(logps, torch.ones(n, 1), None, logq, batch, config, lambda loss: loss.backward())
+    micro_loss(logps, torch.ones(n, 1), None, logq, batch, lambda loss: loss.backward())
     return z.grad.flatten()
 
 
@@ -140,7 +142,9 @@ def test_sampled_votes_average_to_the_expected_gradient(tiny):
     logits = logits[:, tokens] * 8  # a tiny random model is nearly uniform: sharpen so choices differ
     q = torch.softmax(logits, -1).numpy().astype(np.float64)
     spies = [0, 1, 2, 2, 1, 0, 2, 1]
-    config = SpyRLConfig(vote_mode="constrained", detect_advantage_groups="game", vote_gradient="sampled", beta=0.0)
+    config = SpyRLConfig.from_dict(
+        dict(vote_mode="constrained", detect_advantage_groups="game", vote_gradient="sampled", beta=0.0)
+    )
     rng = np.random.default_rng(0)
     draws = 4000
     rows = []
@@ -148,8 +152,8 @@ def test_sampled_votes_average_to_the_expected_gradient(tiny):
         votes = np.array([rng.choice(3, p=p / p.sum()) for p in q])
         rows.extend(_rows(q, spies, votes, draw))
     sampled = _choice_gradient(logits, rows, config)
-    expected_config = SpyRLConfig(
-        vote_mode="constrained", detect_advantage_groups="game", vote_gradient="expected", beta=0.0
+    expected_config = SpyRLConfig.from_dict(
+        dict(vote_mode="constrained", detect_advantage_groups="game", vote_gradient="expected", beta=0.0)
     )
     expected = _choice_gradient(logits, _rows(q, spies, np.argmax(q, 1), 0), expected_config)
     assert expected.norm() > 0
@@ -157,7 +161,7 @@ def test_sampled_votes_average_to_the_expected_gradient(tiny):
     # the test sees a sign flip: the same comparison against the negated gradient fails
     assert _cosine(sampled, -expected) < 0.99
     # and the supervised reference is a different direction: it ignores the model's own probabilities
-    supervised_config = SpyRLConfig(vote_mode="constrained", vote_gradient="supervised", beta=0.0)
+    supervised_config = SpyRLConfig.from_dict(dict(vote_mode="constrained", vote_gradient="supervised", beta=0.0))
     supervised = _choice_gradient(logits, _rows(q, spies, np.argmax(q, 1), 0), supervised_config)
     assert _cosine(supervised, expected) < 0.99
 
@@ -215,17 +219,21 @@ def test_the_rollouts_forward_feeds_the_same_update_as_a_second_forward(vote_gra
     rows, _ = trainer.select_samples(buffer, Stage.VOTE)
     from trainers.update import TrainingSamples, micro_step
 
-    samples = TrainingSamples.from_samples(rows, config.max_completion_tokens)
+    samples = TrainingSamples.from_samples(rows, config.decoding.max_completion_tokens)
     everything = list(range(len(rows)))
-    batch = samples.micro_batch(everything, LossConfig.from_config(config, "action"), LossScale(len(rows), 1))
+    batch = samples.micro_batch(
+        everything,
+        config.loss.objective("action", config.decoding.max_completion_tokens, config.advantages.vote_gradient),
+        LossScale(len(rows), 1),
+    )
     params = [p for p in trainer.model.parameters() if p.requires_grad]
     found = retained_logps(trainer.policy, samples.rows, samples.completions, samples.choices)
     assert found is not None
-    micro_loss(found[0], found[1], None, found[2], batch, config, lambda loss: loss.backward())
+    micro_loss(found[0], found[1], None, found[2], batch, lambda loss: loss.backward())
     retained = [p.grad.clone() for p in params]
     trainer.model.zero_grad(set_to_none=True)
     trainer.model.train()
-    micro_step(trainer.model, batch, config, trainer.pad_id, lambda loss: loss.backward())
+    micro_step(trainer.model, batch, config.decoding.temperature, trainer.pad_id, lambda loss: loss.backward())
     recomputed = [p.grad.clone() for p in params]
     assert sum(float(g.abs().sum()) for g in recomputed) > 0
     for a, b in zip(retained, recomputed, strict=True):
@@ -234,14 +242,14 @@ def test_the_rollouts_forward_feeds_the_same_update_as_a_second_forward(vote_gra
 
 def test_vote_gradient_and_forward_votes_need_a_choice_to_score():
     with pytest.raises(ValueError, match="vote_gradient"):
-        SpyRLConfig(vote_gradient="expected", vote_mode="free")
+        SpyRLConfig.from_dict(dict(vote_gradient="expected", vote_mode="free"))
     with pytest.raises(ValueError, match="vote_gradient"):
-        SpyRLConfig(vote_gradient="nope", vote_mode="constrained")
+        SpyRLConfig.from_dict(dict(vote_gradient="nope", vote_mode="constrained"))
     with pytest.raises(ValueError, match="forward_votes"):
-        SpyRLConfig(forward_votes=True, vote_mode="think-then-vote")
+        SpyRLConfig.from_dict(dict(forward_votes=True, vote_mode="think-then-vote"))
     with pytest.raises(ValueError, match="detect_advantage_groups"):
-        SpyRLConfig(detect_advantage_groups="everything")
-    SpyRLConfig(vote_gradient="expected", vote_mode="think-then-vote", detect_advantage_groups="batch")
+        SpyRLConfig.from_dict(dict(detect_advantage_groups="everything"))
+    SpyRLConfig.from_dict(dict(vote_gradient="expected", vote_mode="think-then-vote", detect_advantage_groups="batch"))
 
 
 def test_batch_groups_normalise_over_every_vote_of_the_iteration():
@@ -249,9 +257,23 @@ def test_batch_groups_normalise_over_every_vote_of_the_iteration():
     per-game groups, but do when the iteration's votes are normalised together."""
     rows = [{"game_id": g, "round": 0, "role": "civilian"} for g in (0, 0, 1, 1)]
     rewards = [1.0, 1.0, 0.0, 0.0]
-    per_game = stage_advantages(rows, rewards, Stage.VOTE, SpyRLConfig(detect_advantage_groups="game"), None)
+    per_game = stage_advantages(
+        rows,
+        rewards,
+        Stage.VOTE,
+        SpyRLConfig.from_dict(dict(detect_advantage_groups="game")).advantages,
+        None,
+        SpyRLConfig.from_dict(dict(detect_advantage_groups="game")).game.weight_detect,
+    )
     assert per_game.tolist() == [0.0, 0.0, 0.0, 0.0]
-    batch = stage_advantages(rows, rewards, Stage.VOTE, SpyRLConfig(detect_advantage_groups="batch"), None)
+    batch = stage_advantages(
+        rows,
+        rewards,
+        Stage.VOTE,
+        SpyRLConfig.from_dict(dict(detect_advantage_groups="batch")).advantages,
+        None,
+        SpyRLConfig.from_dict(dict(detect_advantage_groups="batch")).game.weight_detect,
+    )
     assert batch.round(3).tolist() == [1.0, 1.0, -1.0, -1.0]
 
 
@@ -260,10 +282,12 @@ def test_expected_refuses_a_temperature_its_recorded_probabilities_do_not_have()
     as the behaviour policy, so votes drawn at another temperature or under top-p would be mis-weighted."""
     for bad in ({"temperature": 0.7}, {"temperature": 1.3}, {"top_p": 0.9}):
         with pytest.raises(ValueError, match="vote_gradient"):
-            SpyRLConfig(vote_gradient="expected", vote_mode="constrained", **bad)
-        SpyRLConfig(vote_gradient="sampled", vote_mode="constrained", **bad)  # the sampled vote is scored as drawn
-    SpyRLConfig(vote_gradient="supervised", vote_mode="constrained", temperature=0.7)
-    assert SpyRLConfig.preset("smollm2-selfplay").temperature == 1.0
+            SpyRLConfig.from_dict(dict(vote_gradient="expected", vote_mode="constrained", **bad))
+        SpyRLConfig.from_dict(
+            dict(vote_gradient="sampled", vote_mode="constrained", **bad)
+        )  # the sampled vote is scored as drawn
+    SpyRLConfig.from_dict(dict(vote_gradient="supervised", vote_mode="constrained", temperature=0.7))
+    assert SpyRLConfig.preset("smollm2-selfplay").decoding.temperature == 1.0
 
 
 @pytest.mark.parametrize("vote_gradient", ["sampled", "expected"])
@@ -272,7 +296,9 @@ def test_batch_groups_split_over_processes_normalise_like_one_process(vote_gradi
     (``vote_moments`` → ``batch_group_stats``), give each vote the advantage one process gives it."""
     from trainers.samples import batch_group_stats, stage_rewards, vote_moments
 
-    config = SpyRLConfig(detect_advantage_groups="batch", vote_gradient=vote_gradient, vote_mode="constrained")
+    config = SpyRLConfig.from_dict(
+        dict(detect_advantage_groups="batch", vote_gradient=vote_gradient, vote_mode="constrained")
+    )
     rows = []
     for i, (reward, p_spy) in enumerate([(1, 0.9), (1, 0.6), (1, 0.7), (0, 0.2), (0, 0.4), (0, 0.1), (1, 0.5)]):
         rows.append({
@@ -280,23 +306,39 @@ def test_batch_groups_split_over_processes_normalise_like_one_process(vote_gradi
             "reward_penalty": 0.0, "reward": float(reward), "choice_step": 0, "choice_token_ids": [7, 8, -1],
             "completion_token_ids": [8 if reward else 7], "vote_probs": [1 - p_spy, p_spy, 0.0],
         })  # fmt: skip
-    whole_rewards = stage_rewards(rows, Stage.VOTE, config)[0]
-    whole = stage_advantages(rows, whole_rewards, Stage.VOTE, config, None)
-    whole_choices = choice_advantages(rows, Stage.VOTE, config)
+    whole_rewards = stage_rewards(rows, Stage.VOTE, config.advantages, config.game)[0]
+    whole = stage_advantages(rows, whole_rewards, Stage.VOTE, config.advantages, None, config.game.weight_detect)
+    whole_choices = choice_advantages(rows, Stage.VOTE, config.advantages, config.game.weight_detect)
     halves = [rows[:3], rows[3:]]  # the first process's votes mostly right, the second's mostly wrong
-    rewards = [stage_rewards(h, Stage.VOTE, config)[0] for h in halves]
-    summed = np.sum([vote_moments(h, r, config) for h, r in zip(halves, rewards, strict=True)], axis=0)
+    rewards = [stage_rewards(h, Stage.VOTE, config.advantages, config.game)[0] for h in halves]
+    summed = np.sum(
+        [
+            vote_moments(h, r, config.advantages, config.game.weight_detect)
+            for h, r in zip(halves, rewards, strict=True)
+        ],
+        axis=0,
+    )
     stats = batch_group_stats(summed.tolist())
     split = np.concatenate(
-        [stage_advantages(h, r, Stage.VOTE, config, None, None, stats) for h, r in zip(halves, rewards, strict=True)]
+        [
+            stage_advantages(h, r, Stage.VOTE, config.advantages, None, config.game.weight_detect, None, stats)
+            for h, r in zip(halves, rewards, strict=True)
+        ]
     )
     np.testing.assert_allclose(split, whole, atol=1e-9)
     local = np.concatenate(
-        [stage_advantages(h, r, Stage.VOTE, config, None) for h, r in zip(halves, rewards, strict=True)]
+        [
+            stage_advantages(h, r, Stage.VOTE, config.advantages, None, config.game.weight_detect)
+            for h, r in zip(halves, rewards, strict=True)
+        ]
     )
     assert np.abs(local - whole).max() > 0.3  # each process's own votes alone: another normalisation
     if vote_gradient == "expected":
-        split_choices = [a for h in halves for a in choice_advantages(h, Stage.VOTE, config, stats)]
+        split_choices = [
+            a
+            for h in halves
+            for a in choice_advantages(h, Stage.VOTE, config.advantages, config.game.weight_detect, stats)
+        ]
         for a, b in zip(split_choices, whole_choices, strict=True):
             np.testing.assert_allclose(a, b, atol=1e-9)
 

@@ -67,7 +67,7 @@ def trainer_config(model: str, out: Path, cpu: bool, **overrides):
         game={"n_players": 3 if cpu else 5, "max_document_chars": 800 if cpu else 2000},
     )  # fmt: skip
     values.update(overrides)
-    return SpyRLConfig(**values)
+    return SpyRLConfig.from_dict(values)
 
 
 def peak_memory_gb(reset: bool = False) -> float:
@@ -92,7 +92,7 @@ def run_loop(name: str, model: str, out: Path, cpu: bool, **overrides) -> tuple[
     trainer = SpyRLTrainer(trainer_config(model, out / name, cpu, **overrides))
     figures: dict = {"phase": name, "stages": [], "optimizer_steps": 0, "update_tokens": 0, "update_seconds": 0.0}
     rollout_tokens_per_s = []
-    for _ in range(trainer.config.iterations):
+    for _ in range(trainer.config.run.iterations):
         metrics = trainer.train_iteration()
         figures["stages"].append(metrics["stage"])
         figures["optimizer_steps"] += metrics["losses/optimizer_steps"]
@@ -105,7 +105,7 @@ def run_loop(name: str, model: str, out: Path, cpu: bool, **overrides) -> tuple[
     rows = [{**s.row, "advantage": s.advantage} for s in trainer.select_samples(trainer.rollouts(), "detect")[0]]
     figures["rollout_tokens_per_s"] = sum(rollout_tokens_per_s) / len(rollout_tokens_per_s)
     figures["dtype"] = str(next(trainer.model.parameters()).dtype)
-    figures["gradient_checkpointing"] = trainer.config.gradient_checkpointing
+    figures["gradient_checkpointing"] = trainer.config.model.gradient_checkpointing
     figures["update_tokens_per_s"] = figures["update_tokens"] / max(figures["update_seconds"], 1e-9)
     figures["peak_memory_gb"] = peak_memory_gb()
     figures["seconds"] = time.perf_counter() - start
@@ -124,7 +124,7 @@ def fsdp_worker(spec: dict) -> dict:
     from transformers import AutoModelForCausalLM
 
     from trainers.logprobs import sequence_logps
-    from trainers.loss import LossConfig, clipped_policy_loss
+    from trainers.loss import Objective, clipped_policy_loss
     from trainers.precision import make_optimizer
 
     accelerator = Accelerator(cpu=spec["cpu"])
@@ -143,7 +143,7 @@ def fsdp_worker(spec: dict) -> dict:
             model, [r["prompt_token_ids"] for r in micro], [r["completion_token_ids"] for r in micro], 0
         )
         advantages = torch.tensor([r["advantage"] for r in micro], device=logps.device)
-        loss_config = LossConfig(level="action", loss_type="dapo")
+        loss_config = Objective(level="action", loss_type="dapo")
         out = clipped_policy_loss(logps, logps.detach(), advantages, mask, loss_config)
         accelerator.backward(out.loss)
         optimizer.step()

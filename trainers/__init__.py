@@ -7,7 +7,7 @@ update's pieces), ``loss`` (Eq. 7), ``logprobs``, ``policies`` (who plays the ro
 processes), ``checkpoint``, ``config`` / ``validation`` / ``presets``, ``vllm_engine``, ``sinks``.
 
 >>> from trainers import SpyRLConfig
->>> SpyRLConfig.preset("qwen3-4b-paper").beta
+>>> SpyRLConfig.preset("qwen3-4b-paper").loss.beta
 0.001
 """
 

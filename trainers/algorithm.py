@@ -14,14 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from spy_env.stage import Stage
+from trainers.validation import check_section, setting
 
 __all__ = [
     "RAEBaselines",
+    "StageConfig",
     "StageController",
     "add_penalties",
     "controller_signals",
@@ -209,6 +211,29 @@ class RAEBaselines:
         self.init = str(state.get("init", "zero"))  # checkpoints before `init` existed started at 0
 
 
+@dataclass(frozen=True)
+class StageConfig:
+    """``SpyRLConfig.stages``: which stage trains when (the :class:`StageController`'s settings)."""
+
+    SECTION: ClassVar[str] = "stages"
+
+    stage_schedule: Literal["adaptive", "alternate", "detect", "perform"] = setting(
+        "adaptive", "Stage switching: adaptive (the paper's thresholds), alternate (every k_min), detect or perform."
+    )
+    start_stage: Literal["detect", "perform"] = setting("detect", "First stage: detect or perform.")
+    acc_high: float = setting(0.9, "detect → perform when EMA acc ≥ this ...")
+    na_low: float = setting(0.1, "... and EMA N/A rate ≤ this.")
+    err_high: float = setting(0.4, "perform → detect when 1 − EMA acc ≥ this ...")
+    na_high: float = setting(0.5, "... or EMA N/A rate ≥ this.")
+    k_min: int = setting(5, "Minimum iterations per stage (K_min).")
+    stage_ema: float = setting(0.9, "EMA factor of acc and N/A for the controller.")
+
+    def __post_init__(self) -> None:
+        check_section(
+            self, positive_ints=("k_min",), fractions=("stage_ema", "acc_high", "na_low", "err_high", "na_high")
+        )
+
+
 @dataclass
 class StageController:
     """Which stage trains next (the paper's controller): alternating with hysteresis, or a fixed schedule.
@@ -257,9 +282,18 @@ class StageController:
         self.stage = Stage.of(self.stage)
 
     @classmethod
-    def from_config(cls, config: Any) -> StageController:
-        """The controller a :class:`~trainers.SpyRLConfig` asks for (its ``stage_*`` and threshold fields)."""
-        return cls(**{name: getattr(config, source) for name, source in _CONFIG_FIELDS.items()})
+    def from_config(cls, config: StageConfig) -> StageController:
+        """The controller ``SpyRLConfig.stages`` asks for."""
+        return cls(
+            schedule=config.stage_schedule,
+            start=config.start_stage,
+            acc_high=config.acc_high,
+            na_low=config.na_low,
+            err_high=config.err_high,
+            na_high=config.na_high,
+            k_min=config.k_min,
+            ema=config.stage_ema,
+        )
 
     @property
     def training_stage(self) -> Stage:
@@ -297,16 +331,3 @@ class StageController:
             setattr(
                 self, key, list(value) if key == "switches" else Stage.of(value) if key in ("start", "stage") else value
             )
-
-
-# StageController field <- SpyRLConfig field
-_CONFIG_FIELDS = {
-    "schedule": "stage_schedule",
-    "start": "start_stage",
-    "acc_high": "acc_high",
-    "na_low": "na_low",
-    "err_high": "err_high",
-    "na_high": "na_high",
-    "k_min": "k_min",
-    "ema": "stage_ema",
-}

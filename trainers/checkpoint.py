@@ -357,7 +357,7 @@ def _load_weights(trainer: Checkpointed, checkpoint: Path, state: Mapping[str, A
         trainer.accelerator.load_state(str(checkpoint / "accelerate"))  # model, optimizer, per-process RNG
     elif state["distributed"]:
         raise CheckpointError(f"{checkpoint} was written by several processes; resume it under the same launcher")
-    elif trainer.config.lora_r:
+    elif trainer.config.model.lora_r:
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 

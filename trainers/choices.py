@@ -242,7 +242,7 @@ VOTE_GRADIENTS: dict[str, VoteGradient] = {}
 
 
 def register_vote_gradient(name: str, gradient: VoteGradient) -> VoteGradient:
-    """Make ``gradient`` the ``vote_gradient`` called ``name`` (``SpyRLConfig(vote_gradient=name)``)."""
+    """Make ``gradient`` the ``vote_gradient`` called ``name`` (the ``SpyRLConfig`` field ``advantages.vote_gradient``)."""
     if (gradient.weights is None) != (gradient.loss is None):
         raise ValueError(f"vote gradient {name!r} needs both weights and loss, or neither (the sampled form)")
     VOTE_GRADIENTS[name] = gradient

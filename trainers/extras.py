@@ -4,15 +4,17 @@
 one-line error in the first seconds, not a failure after the run's work (the chart, a tracker's
 first log, the first LoRA update).
 
->>> from trainers.config import SpyRLConfig
->>> [extra.module for extra in training_extras(SpyRLConfig(model="tiny", report_to=["jsonl", "wandb"]))]
+>>> from trainers.models import ModelConfig
+>>> [extra.module for extra in training_extras(ModelConfig(name_or_path="tiny"), ["jsonl", "wandb"])]
 ['torch', 'transformers', 'accelerate', 'safetensors', 'wandb']
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from spy_env.extras import Extra, require
-from trainers.config import SpyRLConfig
+from trainers.models import ModelConfig
 
 __all__ = ["PLOTS", "require_training_extras", "training_extras"]
 
@@ -26,8 +28,9 @@ SINKS = {
 }
 
 
-def training_extras(config: SpyRLConfig, *, plots: bool = False) -> list[Extra]:
-    """The optional packages a run with ``config`` imports; ``plots`` adds the curves' matplotlib.
+def training_extras(config: ModelConfig, report_to: Sequence[str] = (), *, plots: bool = False) -> list[Extra]:
+    """The optional packages a run imports for its model (``config``) and metric sinks (``report_to``);
+    ``plots`` adds the curves' matplotlib.
 
     vLLM and TRL are not listed: a vLLM ``generation`` checks them itself when the trainer builds its
     engine (:func:`trainers.vllm_engine.make_vllm_generation`, also before the first iteration), where a
@@ -38,16 +41,16 @@ def training_extras(config: SpyRLConfig, *, plots: bool = False) -> list[Extra]:
         Extra("accelerate", TRAIN, "training"),
         Extra("safetensors", TRAIN, "checkpoints"),
     ]
-    if config.model == "smollm2":
+    if config.name_or_path == "smollm2":
         needs.append(Extra("gguf", "spyrl[hf]", "converting the smollm2 model"))
     if config.lora_r:
         needs.append(Extra("peft", TRAIN, f"lora_r={config.lora_r}"))
-    needs.extend(SINKS[sink] for sink in config.report_to if sink in SINKS)
+    needs.extend(SINKS[sink] for sink in report_to if sink in SINKS)
     if plots:
         needs.append(PLOTS)
     return needs
 
 
-def require_training_extras(config: SpyRLConfig, *, plots: bool = False) -> None:
+def require_training_extras(config: ModelConfig, report_to: Sequence[str] = (), *, plots: bool = False) -> None:
     """Raise one ``ImportError`` naming every package of :func:`training_extras` that is missing."""
-    require(training_extras(config, plots=plots))
+    require(training_extras(config, report_to, plots=plots))

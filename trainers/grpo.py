@@ -55,11 +55,10 @@ from trainers.config import SpyRLConfig
 from trainers.documents import epoch_documents, training_documents
 from trainers.extras import require_training_extras
 from trainers.logprobs import sequence_logps
-from trainers.loss import LossConfig, LossScale, loss_items
-from trainers.metrics import iteration_metrics
+from trainers.loss import LossScale, loss_items
+from trainers.metrics import TrainingProgress, iteration_metrics
 from trainers.models import load_policy_model, prepare_for_training, reference_logps, reference_model
-from trainers.policies import decoding_options, learner_policy, seat_policy
-from trainers.precision import make_optimizer
+from trainers.policies import learner_policy, seat_policy
 from trainers.samples import (
     Sample,
     choice_advantages,
@@ -74,7 +73,7 @@ from trainers.samples import (
 )
 from trainers.seeds import SeedStream, seed_for
 from trainers.sinks import MetricSinks
-from trainers.update import TrainingSamples, UpdateTotals, micro_step, mini_batch_size
+from trainers.update import TrainingSamples, UpdateTotals, micro_step, mini_batch_size, optimizer_and_schedule
 from trainers.votes import ForwardVotes, one_update, release_retained, retained_for_update
 
 __all__ = ["SpyRLTrainer"]
@@ -84,45 +83,48 @@ class SpyRLTrainer:
     """GRPO for SpyRL with alternating stages and RAE (see the module docstring)."""
 
     def __init__(self, config: SpyRLConfig, resume_from: str | Path | None = None) -> None:
-        require_training_extras(config)  # a missing tracker or peft fails now, not after the first iteration
+        # a missing tracker or peft fails now, not after the first iteration
+        require_training_extras(config.model, config.run.report_to)
         self.config = config
-        self.output_dir = ckpt.hold_run_folder(self, config.output_dir, create=not resume_from)  # one writer a run
+        self.output_dir = ckpt.hold_run_folder(self, config.run.output_dir, create=not resume_from)  # one writer a run
         if resume_from:  # a bad checkpoint fails here, before anything is built or written
             resume_from = ckpt.open_checkpoint(self.output_dir / "checkpoints", str(resume_from))
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        torch.manual_seed(config.seed)
-        model, self.tokenizer, self.model_path = load_policy_model(config)
-        self.model = prepare_for_training(model, config)
+        torch.manual_seed(config.run.seed)
+        model, self.tokenizer, self.model_path = load_policy_model(config.model, config.run.output_dir, config.run.seed)
+        self.model = prepare_for_training(model, config.model)
         from accelerate import Accelerator
 
         # One process: a plain loop. Under `accelerate launch`: DDP/FSDP/DeepSpeed as configured.
-        self.accelerator = Accelerator(cpu=resolve_device(config.device) == "cpu")
+        self.accelerator = Accelerator(cpu=resolve_device(config.model.device) == "cpu")
         self.distributed = self.accelerator.num_processes > 1
         self.rank = self.accelerator.process_index
-        processes.check_sharding(config, self.sharding)
-        self.documents_share = processes.documents_share(config, self.accelerator.num_processes, self.rank)
+        processes.check_sharding(config.rollout.generation, config.run.eval_games, self.sharding)
+        self.documents_share = processes.documents_share(
+            config.rollout.documents_per_iteration, self.accelerator.num_processes, self.rank
+        )
         if self.distributed:
             self.model.to(self.accelerator.device)
-        self.ref_model = reference_model(config, self.model, self.model_path)
+        self.ref_model = reference_model(config.model, config.loss.beta, self.model, self.model_path)
         self.pad_id = (
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         )
-        self.optimizer, self.scheduler = self._optimizer()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer, self.scheduler = optimizer_and_schedule(params, self.accelerator, config.update)
         if self.distributed:
             self.model, self.optimizer = self.accelerator.prepare(self.model, self.optimizer)
-        self.controller = StageController.from_config(config)
-        self.rae = RAEBaselines(alpha=config.rae_alpha, init=config.rae_init)
+        self.controller = StageController.from_config(config.stages)
+        self.rae = RAEBaselines(alpha=config.advantages.rae_alpha, init=config.advantages.rae_init)
         self.iteration = 0
-        self.game_config = config.game_config()
         self.train_documents, self.eval_documents = training_documents(
-            self.game_config, config.heldout_fraction, config.eval_games
+            self.config.game, config.run.heldout_fraction, config.run.eval_games
         )
-        self.policy: RolloutPolicy = learner_policy(config, self.unwrapped, self.tokenizer)
-        if config.generation != "hf":
+        self.policy: RolloutPolicy = learner_policy(config.decoding, config.rollout, self.unwrapped, self.tokenizer)
+        if config.rollout.generation != "hf":
             self.policy = self._vllm_policy(self.policy)
-        self.seat_policy = seat_policy(config, self.policy)
+        self.seat_policy = seat_policy(config.rollout, config.run.seed, self.policy)
         main = self.accelerator.is_main_process
-        self.sinks = MetricSinks(self.output_dir, config.report_to if main else [], config.to_dict())
+        self.sinks = MetricSinks(self.output_dir, config.run.report_to if main else [], config.to_dict())
         if resume_from:
             self.load_checkpoint(resume_from, verified=True)
             self.policy.sync()  # a separate engine loaded the initial weights, not the checkpoint's
@@ -142,65 +144,56 @@ class SpyRLTrainer:
         return processes.all_reduce(self.accelerator, values, op)
 
     # --------------------------------------------------------------- set-up
-    def _optimizer(self) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-        """AdamW with fp32 masters (:mod:`trainers.precision`), linear warm-up over ``warmup_iterations``."""
-        c = self.config
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        optimizer = make_optimizer(params, self.accelerator, lr=c.learning_rate, weight_decay=c.weight_decay)
-        warmup = c.warmup_iterations
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda it: min(1.0, (it + 1) / (warmup + 1)) if warmup else 1.0
-        )
-        return optimizer, scheduler
-
     def _vllm_policy(self, encoder: RolloutPolicy) -> RolloutPolicy:
         """Rollouts through TRL's VLLMGeneration (colocated or server), sharing ``encoder``'s prompts."""
         from trainers.vllm_engine import VLLMRolloutPolicy, make_vllm_generation
 
         c = self.config
-        collective = c.generation == "vllm-server" or c.vllm_tensor_parallel_size > 1
-        if collective and self.distributed and self.game_config.rounds > 1:
+        collective = c.rollout.generation == "vllm-server" or c.rollout.vllm_tensor_parallel_size > 1
+        if collective and self.distributed and self.config.game.rounds > 1:
             # generation then gathers prompts across processes, so every process must make the same
             # number of calls; games of several rounds end at different times on different processes
             raise ValueError(
                 "SpyRLConfig.game.rounds must be 1 with generation='vllm-server' or vllm_tensor_parallel_size > 1 "
-                f"on several processes, got {self.game_config.rounds}"
+                f"on several processes, got {self.config.game.rounds}"
             )
         # FSDP weights are gathered from the wrapped model; DDP, DeepSpeed and PEFT from the module itself
         model = self.model if self.sharding == "fsdp" else self.unwrapped
-        engine = make_vllm_generation(c, model, self.accelerator, self.tokenizer, self.model_path)
-        return VLLMRolloutPolicy(engine, encoder, decoding=decoding_options(c), name="policy")
+        engine = make_vllm_generation(c.rollout, c.decoding, model, self.accelerator, self.tokenizer, self.model_path)
+        return VLLMRolloutPolicy(engine, encoder, decoding=c.decoding.options(), name="policy")
 
     # ------------------------------------------------------------- rollouts
     def _runner(self, documents: Sequence[Any], config: GameConfig | None = None) -> Runner:
-        game = replace(config or self.game_config, corpus=documents, max_documents=None)
+        game = replace(config or self.config.game, corpus=documents, max_documents=None)
         return Runner(
             game,
-            games_per_document=self.config.games_per_document,
-            replay_setup=self.config.replay_setup,
-            max_concurrent_games=self.documents_share[1] * self.config.games_per_document,
+            games_per_document=self.config.rollout.games_per_document,
+            replay_setup=self.config.rollout.replay_setup,
+            max_concurrent_games=self.documents_share[1] * self.config.rollout.games_per_document,
             run_id=f"iter{self.iteration}",
         )
 
     def rollouts(self) -> EpisodeBuffer:
         """This iteration's games, the current policy in every seat (seeded by the iteration)."""
         c = self.config
-        self.policy.restart_sampling(seed_for(c.seed, self.iteration, SeedStream.SAMPLING, self.rank))
+        self.policy.restart_sampling(seed_for(c.run.seed, self.iteration, SeedStream.SAMPLING, self.rank))
         if isinstance(self.policy, ForwardVotes):  # keep the votes' graphs when they feed a one-step update
-            self.policy.keep_graphs = self.controller.training_stage is Stage.VOTE and one_update(c, self.distributed)
+            self.policy.keep_graphs = self.controller.training_stage is Stage.VOTE and one_update(
+                c.update, c.rollout.documents_per_iteration, c.loss.beta, self.distributed
+            )
         self.model.eval()
         start, share = self.documents_share  # documents_per_iteration is the global batch: this process's slice
-        games = share * c.games_per_document
+        games = share * c.rollout.games_per_document
         documents = self.train_documents
-        if c.document_order == "epoch":
-            documents = epoch_documents(documents, c.documents_per_iteration, self.iteration, c.seed)
+        if c.rollout.document_order == "epoch":
+            documents = epoch_documents(documents, c.rollout.documents_per_iteration, self.iteration, c.run.seed)
             documents = documents[start : start + share]
         return self._runner(documents).run(
-            [self.seat_policy] * self.game_config.n_players,
+            [self.seat_policy] * self.config.game.n_players,
             games,
-            seed=seed_for(c.seed, self.iteration, SeedStream.GAMES, self.rank),
+            seed=seed_for(c.run.seed, self.iteration, SeedStream.GAMES, self.rank),
             policy_version=self.iteration,
-            first_game_id=(self.iteration * c.documents_per_iteration + start) * c.games_per_document,
+            first_game_id=(self.iteration * c.rollout.documents_per_iteration + start) * c.rollout.games_per_document,
         )
 
     def save_buffer(self, buffer: EpisodeBuffer) -> None:
@@ -209,10 +202,10 @@ class SpyRLTrainer:
 
     def evaluate(self, num_games: int, seed: int = 12345) -> dict[str, float]:
         """Held-out metrics (greedy decoding, held-out documents, fixed games) with 95% bootstrap bounds."""
-        policy = learner_policy(self.config, self.unwrapped, self.tokenizer, greedy=True)
+        policy = learner_policy(self.config.decoding, self.config.rollout, self.unwrapped, self.tokenizer, greedy=True)
         self.model.eval()
-        seats = [seat_policy(self.config, policy)] * self.game_config.n_players
-        buffer, games = evaluate_heldout(seats, self.game_config, self.eval_documents, num_games, seed=seed)
+        seats = [seat_policy(self.config.rollout, self.config.run.seed, policy)] * self.config.game.n_players
+        buffer, games = evaluate_heldout(seats, self.config.game, self.eval_documents, num_games, seed=seed)
         out = game_metrics(buffer)
         for metric, interval in summarize(games).items():
             out.update({metric: interval.mean, f"{metric}_low": interval.low, f"{metric}_high": interval.high})
@@ -225,16 +218,24 @@ class SpyRLTrainer:
         c = self.config
         stage = Stage.of(stage)
         rows, skipped = stage_rows(
-            buffer, stage, max_prompt_tokens=c.max_prompt_tokens, spy_vote_in_group=c.spy_vote_in_group
+            buffer,
+            stage,
+            max_prompt_tokens=c.rollout.max_prompt_tokens,
+            spy_vote_in_group=c.advantages.spy_vote_in_group,
         )
-        rewards, penalties = stage_rewards(rows, stage, c)
+        rewards, penalties = stage_rewards(rows, stage, c.advantages, c.game)
         means = stats = None
-        if stage is Stage.PERFORM and c.rae and self.distributed:  # global role means keep baselines in sync
+        if stage is Stage.PERFORM and c.advantages.rae and self.distributed:  # global role means keep baselines in sync
             means = role_means(self.all_reduce(role_reward_sums(rewards, [r["role"] for r in rows])))
         if stage is Stage.VOTE and self.distributed:  # a group spread over the processes: their summed moments
-            stats = global_group_stats(rows, rewards, c, self.all_reduce)
-        advantages = add_penalties(stage_advantages(rows, rewards, stage, c, self.rae, means, stats), penalties)
-        samples = trainable_samples(rows, advantages, choice_advantages(rows, stage, c, stats))
+            stats = global_group_stats(rows, rewards, c.advantages, c.game.weight_detect, self.all_reduce)
+        advantages = add_penalties(
+            stage_advantages(rows, rewards, stage, c.advantages, self.rae, c.game.weight_detect, means, stats),
+            penalties,
+        )
+        samples = trainable_samples(
+            rows, advantages, choice_advantages(rows, stage, c.advantages, c.game.weight_detect, stats)
+        )
         if self.distributed:  # every process must run the same number of backward passes
             samples = samples[: processes.smallest_count(self.accelerator, len(samples))]
         return samples, sample_stats(samples, skipped)
@@ -242,18 +243,25 @@ class SpyRLTrainer:
     # -------------------------------------------------------------- updates
     def mini_batch_size(self, samples: int) -> int:
         """Samples per optimizer step when this iteration trains on ``samples`` rows (:func:`.update.mini_batch_size`)."""
-        return mini_batch_size(self.config, samples, self.accelerator.num_processes)
+        return mini_batch_size(
+            self.config.update, self.config.rollout.documents_per_iteration, samples, self.accelerator.num_processes
+        )
 
     def update(self, selected: list[Sample], stage: Stage | str) -> dict[str, float]:
         """``epochs`` passes over ``selected`` in shuffled mini-batches, one optimizer step each; returns ``losses/*``."""
         c = self.config
-        level = c.perform_ratio_level if Stage.of(stage) is Stage.PERFORM else c.detect_ratio_level
-        samples = TrainingSamples.from_samples(selected, c.max_completion_tokens)
+        level = c.loss.perform_ratio_level if Stage.of(stage) is Stage.PERFORM else c.loss.detect_ratio_level
+        samples = TrainingSamples.from_samples(selected, c.decoding.max_completion_tokens)
         rows = samples.rows
         size = self.mini_batch_size(len(rows))
-        samples.kept = retained_for_update(self.policy, samples, size, one_update(c, self.distributed))
-        generator = torch.Generator().manual_seed(seed_for(c.seed, self.iteration, SeedStream.SHUFFLE))
-        orders = [torch.randperm(len(rows), generator=generator).tolist() for _ in range(c.epochs)]
+        samples.kept = retained_for_update(
+            self.policy,
+            samples,
+            size,
+            one_update(c.update, c.rollout.documents_per_iteration, c.loss.beta, self.distributed),
+        )
+        generator = torch.Generator().manual_seed(seed_for(c.run.seed, self.iteration, SeedStream.SHUFFLE))
+        orders = [torch.randperm(len(rows), generator=generator).tolist() for _ in range(c.update.epochs)]
         orders = [list(range(len(rows)))] if samples.kept else orders  # one step, in the kept log-probs' order
         # the first mini-batch trains before any step: its behaviour log-probs are the current ones
         self._fix_logps(samples, on_policy=set(orders[0][:size]))
@@ -268,35 +276,36 @@ class SpyRLTrainer:
     def _fix_logps(self, samples: TrainingSamples, on_policy: set[int]) -> None:
         """Behaviour log-probs of the off-policy samples, and reference log-probs (``beta`` > 0): once,
         before any step."""
-        c = self.config
+        c, t = self.config, self.config.decoding.temperature
 
         def behaviour(prompts: list[list[int]], completions: list[list[int]], choices: list) -> tuple:
-            out = sequence_logps(self.model, prompts, completions, self.pad_id, c.temperature, choices=choices)
+            out = sequence_logps(self.model, prompts, completions, self.pad_id, t, choices=choices)
             return out.logps, out.choices
 
         def reference(prompts: list[list[int]], completions: list[list[int]], choices: list) -> tuple:
-            return reference_logps(
-                self.ref_model, self.model, self.unwrapped, prompts, completions, self.pad_id, c.temperature, choices
-            )
+            models = (self.ref_model, self.model, self.unwrapped)
+            return reference_logps(*models, prompts, completions, self.pad_id, t, choices)
 
         self.model.eval()
         with torch.no_grad():
             off_policy = [i for i in range(len(samples.rows)) if i not in on_policy]
-            old, old_choices = samples.logps_by_row(behaviour, off_policy, c.micro_batch_size)
+            old, old_choices = samples.logps_by_row(behaviour, off_policy, c.update.micro_batch_size)
             samples.old.update(old)
             samples.old_choices.update(old_choices)
-            if c.beta:
-                samples.ref.update(samples.logps_by_row(reference, range(len(samples.rows)), c.micro_batch_size)[0])
+            if c.loss.beta:
+                samples.ref.update(
+                    samples.logps_by_row(reference, range(len(samples.rows)), c.update.micro_batch_size)[0]
+                )
 
     def _optimizer_step(self, samples: TrainingSamples, mini: list[int], level: str, totals: UpdateTotals) -> None:
         """One optimizer step on ``mini`` (sample indices), gradients accumulated over micro-batches (one, kept)."""
         c, kept = self.config, samples.kept
-        step = len(mini) if kept else c.micro_batch_size  # the rollout's kept graphs: no new forward
+        step = len(mini) if kept else c.update.micro_batch_size  # the rollout's kept graphs: no new forward
         micros = [mini[i : i + step] for i in range(0, len(mini), step)]
         items = loss_items([samples.scored[i] for i in mini], level)
         if self.distributed:  # dapo/token-mean over every process's tokens (DDP then averages gradients)
             items = self.all_reduce([items])[0] / self.accelerator.num_processes
-        loss = LossConfig.from_config(c, level)
+        loss = c.loss.objective(level, c.decoding.max_completion_tokens, c.advantages.vote_gradient)
         for k, micro in enumerate(micros):
             # Gradients accumulate over the mini-batch's micro-batches: DeepSpeed steps only at the
             # boundary (accelerate reads sync_gradients), DDP all-reduces only there.
@@ -306,10 +315,12 @@ class SpyRLTrainer:
             with contextlib.ExitStack() as stack:
                 if not boundary and self.accelerator.distributed_type in processes.DDP_TYPES:
                     stack.enter_context(self.accelerator.no_sync(self.model))
-                totals.add_micro_step(micro_step(self.model, batch, c, self.pad_id, self.accelerator.backward, kept))
+                totals.add_micro_step(
+                    micro_step(self.model, batch, c.decoding.temperature, self.pad_id, self.accelerator.backward, kept)
+                )
         grad_norm = None
-        if c.max_grad_norm:  # under DeepSpeed the engine clips (gradient_clipping) and reports the norm
-            grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
+        if c.update.max_grad_norm:  # under DeepSpeed the engine clips (gradient_clipping) and reports the norm
+            grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), c.update.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         totals.add_optimizer_step(grad_norm)
@@ -322,7 +333,7 @@ class SpyRLTrainer:
         start = time.perf_counter()
         buffer = self.rollouts()
         rollout_seconds = time.perf_counter() - start
-        if c.keep_buffers:
+        if c.run.keep_buffers:
             self.save_buffer(buffer)
         game = processes.mean_over_processes(self.accelerator, game_metrics(buffer))
         rows, sample_metrics = self.select_samples(buffer, stage)
@@ -333,17 +344,17 @@ class SpyRLTrainer:
         self.scheduler.step()
         self.iteration += 1
         self.policy.sync()  # a separate engine (vLLM) needs the new weights
-        next_stage = self.controller.update(*controller_signals(game, self.game_config.train_spy_vote))
+        next_stage = self.controller.update(*controller_signals(game, self.config.game.train_spy_vote))
         metrics = iteration_metrics(
             iteration=self.iteration, stage=stage, next_stage=next_stage, game=game,
             families=(sample_metrics, update_metrics, self._charts()), buffer=buffer,
             seconds={"rollout": rollout_seconds, "update": update_seconds},
         )  # fmt: skip
         metrics.update(processes.process_metrics(self.accelerator, self.unwrapped))
-        if c.eval_games and self.iteration % c.eval_every == 0 and self.accelerator.is_main_process:
-            metrics.update({f"eval/{k}": v for k, v in self.evaluate(c.eval_games).items()})
+        if c.run.eval_games and self.iteration % c.run.eval_every == 0 and self.accelerator.is_main_process:
+            metrics.update({f"eval/{k}": v for k, v in self.evaluate(c.run.eval_games).items()})
         self.sinks.log(metrics)
-        if self.iteration % c.checkpoint_every == 0 or self.iteration == c.iterations:
+        if self.iteration % c.run.checkpoint_every == 0 or self.iteration == c.run.iterations:
             self.save_checkpoint()
         return metrics
 
@@ -357,31 +368,15 @@ class SpyRLTrainer:
         }
 
     def train(self) -> list[dict[str, Any]]:
-        """Iterations until ``config.iterations``, with a progress bar if asked; returns their metrics."""
+        """Iterations until ``config.run.iterations``, with a progress bar if asked; returns their metrics."""
         history = []
-        progress = None
-        if self.config.progress:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-            progress = Progress(
-                "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
-            )
-            progress.start()
-            task = progress.add_task("training", total=self.config.iterations, completed=self.iteration)
+        progress = TrainingProgress(self.config.run.iterations, self.iteration, enabled=self.config.run.progress)
         try:
-            while self.iteration < self.config.iterations:
-                metrics = self.train_iteration()
-                history.append(metrics)
-                if progress is not None:
-                    progress.update(
-                        task,
-                        advance=1,
-                        description=f"training [{metrics['stage']}] acc {metrics['env/detection_accuracy']:.2f}"
-                        f" na {metrics['env/na_rate']:.2f}",
-                    )
+            while self.iteration < self.config.run.iterations:
+                history.append(self.train_iteration())
+                progress.advance(history[-1])
         finally:
-            if progress is not None:
-                progress.stop()
+            progress.stop()
             self.sinks.close()
         return history
 

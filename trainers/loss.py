@@ -32,9 +32,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import ClassVar, Literal
 
 import torch
+
+from trainers.validation import bad, check_choice, check_section, setting
 
 __all__ = [
     "AGGREGATIONS",
@@ -43,6 +45,7 @@ __all__ = [
     "LossConfig",
     "LossOutput",
     "LossScale",
+    "Objective",
     "clipped_policy_loss",
     "loss_items",
     "register_aggregation",
@@ -70,7 +73,7 @@ AGGREGATIONS: dict[str, Aggregation] = {}
 
 
 def register_aggregation(name: str, aggregation: Aggregation) -> Aggregation:
-    """Make ``aggregation`` the ``loss_type`` called ``name`` (``SpyRLConfig(loss_type=name)``)."""
+    """Make ``aggregation`` the ``loss_type`` called ``name`` (``SpyRLConfig`` field ``loss.loss_type``)."""
     if not aggregation.whole_mini_batch and (aggregation.tokens is None or aggregation.actions is None):
         raise ValueError(f"aggregation {name!r} needs tokens and actions, or whole_mini_batch=True")
     AGGREGATIONS[name] = aggregation
@@ -105,33 +108,69 @@ register_aggregation("dapo", Aggregation(whole_mini_batch=True))  # verl's token
 
 @dataclass(frozen=True)
 class LossConfig:
-    """Everything Eq. 7 needs from the configuration, one name per concept (built once:
-    :meth:`from_config`; ``level`` is set per stage with :meth:`at`)."""
+    """``SpyRLConfig.loss``: Eq. 7's clipped objective, its KL term and how it is aggregated."""
+
+    SECTION: ClassVar[str] = "loss"
+
+    loss_type: str = setting("grpo", "Loss aggregation, as in TRL: a name in trainers.loss.AGGREGATIONS.")
+    epsilon: float = setting(0.2, "Clip ε (lower).")
+    epsilon_high: float | None = setting(None, "Clip ε upper (None = epsilon).")
+    beta: float = setting(0.001, "KL coefficient (k3 estimator against the frozen reference); 0 disables.")
+    kl_estimator: Literal["k3", "low_var_kl"] = setting(
+        "k3",
+        "KL to the reference: k3 (TRL's, optionally ratio-weighted, unclamped) or low_var_kl (verl's: k3 "
+        "clamped to ±10, never ratio-weighted).",
+    )
+    kl_bias_correction: bool = setting(True, "Weight the k3 KL by the importance ratio (TRL 1.16's default; k3 only).")
+    perform_ratio_level: Literal["token", "sequence", "action"] = setting(
+        "token", "Importance ratio for performances: token, sequence (mean) or action (sum)."
+    )
+    detect_ratio_level: Literal["token", "sequence", "action"] = setting(
+        "action", "Importance ratio for votes: action = one sequence log-prob ratio per vote."
+    )
+
+    def __post_init__(self) -> None:
+        check_section(self, positive=("epsilon",), non_negative=("beta",))
+        if self.epsilon_high is not None and not self.epsilon_high > 0:
+            raise bad(self, "epsilon_high", "None or a number > 0")
+        check_choice(self, "loss_type", AGGREGATIONS)  # read when checked: a registered aggregation is a choice
+
+    @property
+    def epsilon_upper(self) -> float:
+        return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+    def objective(
+        self, level: str, max_completion_length: int | None = None, vote_gradient: str = "sampled"
+    ) -> Objective:
+        """What one call of :func:`clipped_policy_loss` needs: these settings at ``level``."""
+        return Objective(
+            level=level,
+            loss_type=self.loss_type,
+            epsilon_low=self.epsilon,
+            epsilon_high=self.epsilon_upper,
+            beta=self.beta,
+            kl_estimator=self.kl_estimator,
+            kl_bias_correction=self.kl_bias_correction,
+            max_completion_length=max_completion_length,
+            vote_gradient=vote_gradient,
+        )
+
+
+@dataclass(frozen=True)
+class Objective:
+    """Everything one call of Eq. 7 needs (from :meth:`LossConfig.objective`; ``level`` per stage)."""
 
     level: str = "token"  # importance ratio: token, sequence or action (one term per sequence)
-    loss_type: str = "grpo"  # aggregation: grpo, bnpo, dr_grpo or dapo
+    loss_type: str = "grpo"  # aggregation: a name in AGGREGATIONS
     epsilon_low: float = 0.2
     epsilon_high: float = 0.2
     beta: float = 0.0
     kl_estimator: str = "k3"
     kl_bias_correction: bool = True
     max_completion_length: int | None = None  # dr_grpo's L (None: the batch width)
+    vote_gradient: str = "sampled"  # a vote's choice-token loss (trainers.choices.VOTE_GRADIENTS)
 
-    @classmethod
-    def from_config(cls, config: Any, level: str = "token") -> LossConfig:
-        """From a :class:`trainers.config.SpyRLConfig` (``epsilon_high`` None means ``epsilon``)."""
-        return cls(
-            level=level,
-            loss_type=config.loss_type,
-            epsilon_low=config.epsilon,
-            epsilon_high=config.epsilon_upper,
-            beta=config.beta,
-            kl_estimator=config.kl_estimator,
-            kl_bias_correction=config.kl_bias_correction,
-            max_completion_length=config.max_completion_tokens,
-        )
-
-    def at(self, level: str) -> LossConfig:
+    def at(self, level: str) -> Objective:
         return replace(self, level=level)
 
 
@@ -173,7 +212,7 @@ def clipped_policy_loss(
     old_logps: torch.Tensor,  # (B, T) behaviour log-probs
     advantages: torch.Tensor,  # (B,)
     mask: torch.Tensor,  # (B, T) 1 for real completion tokens
-    config: LossConfig,
+    config: Objective,
     *,
     ref_logps: torch.Tensor | None = None,  # (B, T), needed when config.beta > 0
     scale: LossScale = LossScale(),
@@ -218,7 +257,7 @@ def _per_action(
     per_token_kl: torch.Tensor | None,
     mask: torch.Tensor,
     ratio_mask: torch.Tensor,
-    config: LossConfig,
+    config: Objective,
     scale: LossScale,
     choice: ChoiceTerms | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -240,7 +279,7 @@ def _per_action(
 
 
 def _aggregate_tokens(
-    masked: torch.Tensor, mask: torch.Tensor, config: LossConfig, scale: LossScale
+    masked: torch.Tensor, mask: torch.Tensor, config: Objective, scale: LossScale
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(loss, policy_loss)`` of per-token losses (B, T) under ``config.loss_type``."""
     aggregation = aggregation_of(config.loss_type)

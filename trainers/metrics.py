@@ -10,7 +10,7 @@ import numpy as np
 
 from spy_env.stage import Stage
 
-__all__ = ["iteration_metrics", "length_metrics"]
+__all__ = ["TrainingProgress", "iteration_metrics", "length_metrics"]
 
 
 def iteration_metrics(
@@ -69,3 +69,32 @@ def length_metrics(rows: Sequence[dict]) -> dict[str, float]:
             )
         )
     return out
+
+
+class TrainingProgress:
+    """A rich progress bar of a run's iterations (``enabled`` False: nothing is shown), described by the
+    last iteration's stage, detection accuracy and N/A rate."""
+
+    def __init__(self, total: int, completed: int, *, enabled: bool = True) -> None:
+        self.bar = None
+        if enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+            self.bar = Progress(
+                "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+            )
+            self.bar.start()
+            self.task = self.bar.add_task("training", total=total, completed=completed)
+
+    def advance(self, metrics: Mapping[str, Any]) -> None:
+        if self.bar is not None:
+            self.bar.update(
+                self.task,
+                advance=1,
+                description=f"training [{metrics['stage']}] acc {metrics['env/detection_accuracy']:.2f}"
+                f" na {metrics['env/na_rate']:.2f}",
+            )
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()

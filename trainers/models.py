@@ -2,32 +2,77 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import torch
 
 from agents.hf import resolve_device, resolve_dtype
 from agents.models import resolve_model_path
-from trainers.config import SpyRLConfig
 from trainers.logprobs import sequence_logps
+from trainers.validation import bad, check_section, setting
 
-__all__ = ["freeze_below", "load_policy_model", "prepare_for_training", "reference_logps", "reference_model"]
+__all__ = [
+    "ModelConfig",
+    "freeze_below",
+    "load_policy_model",
+    "prepare_for_training",
+    "reference_logps",
+    "reference_model",
+]
 
 
-def load_policy_model(config: SpyRLConfig) -> tuple[Any, Any, str]:
-    """Model, tokenizer and the path they came from (``tiny`` and ``smollm2`` are built locally)."""
+@dataclass(frozen=True)
+class ModelConfig:
+    """``SpyRLConfig.model``: the trained model, where it runs, and which of its weights train."""
+
+    SECTION: ClassVar[str] = "model"
+
+    name_or_path: str = setting(
+        "Qwen/Qwen3-4B-Instruct-2507",
+        "Policy model: hub id or folder ('tiny' builds a tiny random model, 'smollm2' the offline SmolLM2).",
+    )
+    dtype: Literal["auto", "fast", "float32", "bfloat16", "float16"] = setting(
+        "auto",
+        "Model dtype: auto (bf16 on GPU, fp32 on CPU), fast (bf16 also on CPUs with native bf16: AVX-512 BF16 "
+        "or AMX), float32, bfloat16. Low-precision weights train through fp32 masters (trainers/precision.py).",
+    )
+    device: str = setting("auto", "auto, cpu or cuda (single process; multi-GPU via accelerate launch).")
+    gradient_checkpointing: bool = setting(False, "Trade compute for memory in the backward pass.")
+    lora_r: int = setting(0, "LoRA rank via peft; 0 trains all parameters.")
+    lora_alpha: int = setting(32, "LoRA alpha.")
+    lora_dropout: float = setting(0.05, "LoRA dropout.")
+    lora_target_modules: str = setting("all-linear", "peft target_modules.")
+    train_top_layers: int = setting(
+        0, "Without LoRA: train only the last k decoder blocks (+ final norm), 0 = all; cheaper updates on CPU."
+    )
+
+    def __post_init__(self) -> None:
+        check_section(self)
+        # checked here, before any output is written, not by torch once the model is loaded
+        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
+            raise bad(self, "device", "auto, cpu, mps, cuda or cuda:N")
+        for name in ("lora_r", "train_top_layers"):
+            if getattr(self, name) < 0:
+                raise bad(self, name, "an integer >= 0")
+
+
+def load_policy_model(config: ModelConfig, output_dir: str | Path, seed: int) -> tuple[Any, Any, str]:
+    """Model, tokenizer and the path they came from (``tiny`` and ``smollm2`` are built locally: ``tiny``
+    under ``output_dir``, its random weights from ``seed``)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = resolve_model_path(config.model, tiny_dir=Path(config.output_dir) / "tiny-model", seed=config.seed)
+    path = resolve_model_path(config.name_or_path, tiny_dir=Path(output_dir) / "tiny-model", seed=seed)
     device = resolve_device(config.device)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(config.dtype, device)).to(device)
     tokenizer = AutoTokenizer.from_pretrained(path)
     return model, tokenizer, path
 
 
-def prepare_for_training(model: Any, config: SpyRLConfig) -> Any:
+def prepare_for_training(model: Any, config: ModelConfig) -> Any:
     """Gradient checkpointing, then LoRA adapters (the returned model wraps ``model``) or frozen bottom layers."""
     if config.gradient_checkpointing:
         # non-reentrant checkpointing with input grads enabled, so frozen embeddings (LoRA) still
@@ -45,7 +90,7 @@ def prepare_for_training(model: Any, config: SpyRLConfig) -> Any:
     return model
 
 
-def with_lora(model: Any, config: SpyRLConfig) -> Any:
+def with_lora(model: Any, config: ModelConfig) -> Any:
     """``model`` with peft LoRA adapters from the config's ``lora_*`` fields (only they train)."""
     try:
         from peft import LoraConfig, get_peft_model
@@ -70,7 +115,7 @@ def freeze_below(model: Any, top_layers: int) -> None:
     """
     layers = getattr(model.get_decoder(), "layers", None)
     if layers is None or not 0 < top_layers <= len(layers):
-        raise ValueError(f"SpyRLConfig.train_top_layers must be in [1, {len(layers or [])}], got {top_layers}")
+        raise ValueError(f"SpyRLConfig.model.train_top_layers must be in [1, {len(layers or [])}], got {top_layers}")
     model.requires_grad_(False)
     for block in list(layers)[-top_layers:]:
         block.requires_grad_(True)
@@ -79,10 +124,10 @@ def freeze_below(model: Any, top_layers: int) -> None:
         norm.requires_grad_(True)
 
 
-def reference_model(config: SpyRLConfig, model: Any, path: str) -> Any | None:
+def reference_model(config: ModelConfig, beta: float, model: Any, path: str) -> Any | None:
     """A frozen copy of the initial weights for the KL term; None without KL (``beta`` 0) or with LoRA
     (the base model with its adapters disabled is the reference)."""
-    if config.beta == 0 or config.lora_r:
+    if beta == 0 or config.lora_r:
         return None
     from transformers import AutoModelForCausalLM
 

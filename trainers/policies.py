@@ -4,48 +4,174 @@ it) in every seat, or in one stage's seats with a fixed agent in the other's."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 from agents.decoding import DecodingOptions
 from agents.hf import HFPolicy
+from agents.registry import spec_problem
 from agents.sampling import SamplingParams
 from spy_env.policy import Action, Observation, Policy, RolloutPolicy
 from spy_env.stage import Stage
-from trainers.config import SpyRLConfig
+from trainers.validation import bad, check_section, setting
 
-__all__ = ["StagePolicy", "decoding_options", "learner_policy", "seat_policy"]
+__all__ = ["DecodingConfig", "RolloutConfig", "StagePolicy", "learner_policy", "seat_policy"]
 
 
-def decoding_options(config: SpyRLConfig) -> DecodingOptions:
-    """The options that shape the learner's replies while decoding, as one record."""
-    return DecodingOptions(
-        vote_mode=config.vote_mode,
-        think_tokens=config.think_tokens,
-        abstain=config.abstain,
-        answer=config.answer,
-        answer_tokens=config.answer_tokens,
+@dataclass(frozen=True)
+class RolloutConfig:
+    """``SpyRLConfig.rollout``: the games of an iteration, who plays them and on which engine."""
+
+    SECTION: ClassVar[str] = "rollout"
+
+    documents_per_iteration: int = setting(
+        128, "Documents per iteration, all processes together (the global batch; paper: 128): each plays its share."
+    )
+    games_per_document: int = setting(8, "Games sharing a document: the GRPO group (paper: 8).")
+    replay_setup: bool = setting(True, "Games of a group also share spy seat and masks (exchangeable groups).")
+    document_order: Literal["random", "epoch"] = setting(
+        "random",
+        "Documents of an iteration: random (a fresh draw from the training documents each iteration) or "
+        "epoch (seeded epochs, as a shuffled data loader: each document once before any repeats).",
+    )
+    performer: str = setting(
+        "self", "Who performs: self (self-play), or an agent spec (e.g. heuristic): trains the detector alone."
+    )
+    voter: str = setting("self", "Who votes: self, or an agent spec (e.g. heuristic): trains the performer alone.")
+    generation: Literal["hf", "vllm-colocate", "vllm-server"] = setting(
+        "hf",
+        "Rollout engine: hf (the policy itself, CPU or GPU); vllm-colocate (a vLLM engine in each training "
+        "process) or vllm-server (trl vllm-serve + VLLMClient), both through TRL's VLLMGeneration with weight sync.",
+    )
+    vllm_server_url: str = setting("http://127.0.0.1:8000", "trl vllm-serve / vllm serve base URL (vllm-server).")
+    vllm_server_timeout: float = setting(240.0, "Seconds to wait for the vLLM server to come up (vllm-server).")
+    vllm_group_port: int = setting(51216, "Port of the NCCL weight-update group with the server (vllm-server).")
+    vllm_gpu_memory_utilization: float = setting(
+        0.3, "GPU memory fraction a colocated vLLM engine may take; the rest trains (vllm-colocate)."
+    )
+    vllm_tensor_parallel_size: int = setting(
+        1, "Tensor-parallel size of each colocated engine; divides the world size."
+    )
+    vllm_max_model_length: int | None = setting(
+        None,
+        "Context window of the vLLM engine (None: max_prompt_tokens + decoding.max_completion_tokens); longer "
+        "prompts forfeit.",
+    )
+    vllm_enable_sleep_mode: bool = setting(
+        False, "Put the colocated engine to sleep (weights and KV cache freed) outside rollouts (vllm-colocate)."
+    )
+    max_prompt_tokens: int = setting(12288, "Longer prompts are skipped for training and counted.")
+    generation_batch_size: int = setting(64, "hf backend generation batch size.")
+    share_prefix: bool = setting(
+        True,
+        "hf backend: encode the prompts' shared prefixes once (a game's civilians share the copy and the "
+        "performances) and decode into a reserved cache; False prefills every prompt in full.",
+    )
+    forward_votes: bool = setting(
+        False,
+        "Constrained votes in one forward pass each (no generate loop for the forced tags); with one on-policy "
+        "update an iteration the rollout's forward also feeds the update (trainers/votes.py).",
     )
 
-
-def learner_policy(config: SpyRLConfig, model: Any, tokenizer: Any, *, greedy: bool = False) -> RolloutPolicy:
-    """The trained ``model`` as an ``hf`` policy: sampling as the config says, or greedy (evaluation);
-    with ``forward_votes``, its constrained votes take one forward pass (:mod:`trainers.votes`)."""
-    if greedy:
-        sampling = SamplingParams(temperature=0.0, max_new_tokens=config.max_completion_tokens)
-    else:
-        sampling = SamplingParams(
-            temperature=config.temperature, top_p=config.top_p, max_new_tokens=config.max_completion_tokens
+    def __post_init__(self) -> None:
+        check_section(
+            self,
+            positive_ints=(
+                "documents_per_iteration",
+                "games_per_document",
+                "max_prompt_tokens",
+                "generation_batch_size",
+            ),
+            positive=("vllm_server_timeout",),
         )
+        for name in ("performer", "voter"):  # checked by their form alone: nothing is built here
+            spec = getattr(self, name)
+            problem = None if spec == "self" else spec_problem(spec)
+            if problem is not None:
+                raise bad(self, name, f"'self' or an agent spec ({problem})")
+        self._check_vllm()
+
+    def _check_vllm(self) -> None:
+        if not 0 < self.vllm_gpu_memory_utilization <= 1:
+            raise bad(self, "vllm_gpu_memory_utilization", "in (0, 1]")
+        if self.vllm_tensor_parallel_size < 1:
+            raise bad(self, "vllm_tensor_parallel_size", "an integer >= 1")
+        if not 0 < self.vllm_group_port < 65536:
+            raise bad(self, "vllm_group_port", "a port number in [1, 65535]")
+        if self.vllm_max_model_length is not None and self.vllm_max_model_length < 2:
+            raise bad(self, "vllm_max_model_length", "None or an integer >= 2")
+        try:
+            url = urlsplit(self.vllm_server_url)
+            url.port  # noqa: B018 - parses the port, raising ValueError when it is not a number
+        except ValueError as e:
+            raise bad(self, "vllm_server_url", f"an http(s):// URL ({e})") from e
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise bad(self, "vllm_server_url", "an http(s):// URL with a host")
+
+
+@dataclass(frozen=True)
+class DecodingConfig:
+    """``SpyRLConfig.decoding``: how the learner's replies are sampled and shaped."""
+
+    SECTION: ClassVar[str] = "decoding"
+
+    temperature: float = setting(1.0, "Sampling temperature of rollouts (logps are computed at this temperature).")
+    top_p: float = setting(1.0, "Nucleus sampling of rollouts.")
+    max_completion_tokens: int = setting(4096, "Completion budget (max new tokens).")
+    vote_mode: Literal["free", "constrained", "think-then-vote"] = setting(
+        "free",
+        "How votes are decoded (hf): free; constrained (<vote>k</vote>, the model picks k: warm start); "
+        "think-then-vote (free reasoning up to think_tokens, then a forced <vote>k</vote>). Forced tokens are "
+        "recorded but never scored.",
+    )
+    think_tokens: int = setting(32, "Reasoning budget of think-then-vote votes, in tokens.")
+    abstain: bool = setting(False, "Forced votes may also pick N/A (the game allows it); off: a seat is named.")
+    answer: Literal["free", "boxed"] = setting(
+        "free", "How performances end (hf): free, or boxed (a \\boxed{} answer is forced when the budget runs out)."
+    )
+    answer_tokens: int = setting(12, "Tokens the model may write inside a forced \\boxed{} answer.")
+
+    def __post_init__(self) -> None:
+        check_section(
+            self,
+            positive_ints=("max_completion_tokens", "think_tokens", "answer_tokens"),
+            positive=("temperature",),
+            fractions=("top_p",),
+        )
+
+    def options(self) -> DecodingOptions:
+        """The options that shape the learner's replies while decoding, as the agents' one record."""
+        return DecodingOptions(
+            vote_mode=self.vote_mode,
+            think_tokens=self.think_tokens,
+            abstain=self.abstain,
+            answer=self.answer,
+            answer_tokens=self.answer_tokens,
+        )
+
+    def sampling(self, *, greedy: bool = False) -> SamplingParams:
+        """How the learner samples (``greedy``: evaluation's greedy decoding within the same budget)."""
+        if greedy:
+            return SamplingParams(temperature=0.0, max_new_tokens=self.max_completion_tokens)
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_completion_tokens)
+
+
+def learner_policy(
+    decoding: DecodingConfig, rollout: RolloutConfig, model: Any, tokenizer: Any, *, greedy: bool = False
+) -> RolloutPolicy:
+    """The trained ``model`` as an ``hf`` policy: sampling as ``decoding`` says, or greedy (evaluation);
+    with ``rollout.forward_votes``, its constrained votes take one forward pass (:mod:`trainers.votes`)."""
     policy = HFPolicy(
         model,
         tokenizer,
-        sampling=sampling,
+        sampling=decoding.sampling(greedy=greedy),
         name="policy",
-        batch_size=config.generation_batch_size,
-        decoding=decoding_options(config),
-        share_prefix=config.share_prefix,
+        batch_size=rollout.generation_batch_size,
+        decoding=decoding.options(),
+        share_prefix=rollout.share_prefix,
     )
-    if config.forward_votes:
+    if rollout.forward_votes:
         from trainers.votes import ForwardVotes
 
         return ForwardVotes(policy)
@@ -82,12 +208,13 @@ class StagePolicy:
         self.learner.sync()
 
 
-def seat_policy(config: SpyRLConfig, learner: RolloutPolicy) -> RolloutPolicy:
-    """The learner in every seat, except for a stage the config gives to a fixed agent (``performer``/``voter``)."""
+def seat_policy(config: RolloutConfig, seed: int, learner: RolloutPolicy) -> RolloutPolicy:
+    """The learner in every seat, except for a stage ``config`` gives to a fixed agent (``performer``/``voter``,
+    seeded with ``seed``)."""
     if config.performer == "self" and config.voter == "self":
         return learner
     from agents import load
 
-    performer = None if config.performer == "self" else load(config.performer, seed=config.seed)
-    voter = None if config.voter == "self" else load(config.voter, seed=config.seed)
+    performer = None if config.performer == "self" else load(config.performer, seed=seed)
+    voter = None if config.voter == "self" else load(config.voter, seed=seed)
     return StagePolicy(learner, performer=performer, voter=voter)

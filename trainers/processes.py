@@ -10,8 +10,6 @@ from typing import Any
 
 import torch
 
-from trainers.config import SpyRLConfig
-
 __all__ = [
     "DDP_TYPES",
     "all_reduce",
@@ -43,19 +41,18 @@ def smallest_count(accelerator: Any, count: int) -> int:
     return int(counts.min())
 
 
-def documents_share(config: SpyRLConfig, num_processes: int, rank: int = 0) -> tuple[int, int]:
-    """``(start, count)``: the slice of each iteration's documents that process ``rank`` plays.
-    ``documents_per_iteration`` is the global batch (verl's ``train_batch_size``), split as evenly as
+def documents_share(total: int, num_processes: int, rank: int = 0) -> tuple[int, int]:
+    """``(start, count)``: the slice of each iteration's ``total`` documents that process ``rank`` plays.
+    ``total`` (``rollout.documents_per_iteration``) is the global batch (verl's ``train_batch_size``), split as evenly as
     it goes (128 over 7 processes: 19 × 2 and 18 × 5); raises ``ValueError`` naming the field when a
     process would get none.
 
-    >>> [documents_share(SpyRLConfig(documents_per_iteration=8), 3, r) for r in range(3)]
+    >>> [documents_share(8, 3, r) for r in range(3)]
     [(0, 3), (3, 3), (6, 2)]
     """
-    total = config.documents_per_iteration
     if total < num_processes:
         raise ValueError(
-            f"SpyRLConfig.documents_per_iteration ({total}) must be at least the number of processes "
+            f"SpyRLConfig.rollout.documents_per_iteration ({total}) must be at least the number of processes "
             f"({num_processes}): it is the global batch, split over them"
         )
     base, extra = divmod(total, num_processes)
@@ -82,18 +79,19 @@ def sharding(accelerator: Any) -> str | None:
     return "zero3" if ds is not None and ds.zero_stage == 3 else None
 
 
-def check_sharding(config: SpyRLConfig, sharded: str | None) -> None:
-    """Under FSDP or ZeRO-3 no process holds whole weights, so hf generation cannot run there."""
+def check_sharding(generation: str, eval_games: int, sharded: str | None) -> None:
+    """Under FSDP or ZeRO-3 no process holds whole weights, so hf generation (``rollout.generation``, and
+    the held-out games of ``run.eval_games``) cannot run there."""
     if sharded is None:
         return
-    if config.generation == "hf":
+    if generation == "hf":
         raise ValueError(
-            "SpyRLConfig.generation must be 'vllm-colocate' or 'vllm-server' under FSDP or DeepSpeed ZeRO-3 "
+            "SpyRLConfig.rollout.generation must be 'vllm-colocate' or 'vllm-server' under FSDP or DeepSpeed ZeRO-3 "
             "(the weights are sharded; TRL's VLLMGeneration gathers them for the engine), got 'hf'"
         )
-    if config.eval_games:
+    if eval_games:
         raise ValueError(
-            "SpyRLConfig.eval_games must be 0 under FSDP or DeepSpeed ZeRO-3 (held-out games generate with "
+            "SpyRLConfig.run.eval_games must be 0 under FSDP or DeepSpeed ZeRO-3 (held-out games generate with "
             "the hf backend on one process); evaluate a checkpoint with `spyrl eval --game` instead"
         )
 

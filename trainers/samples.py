@@ -17,18 +17,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from spy_env.config import GameConfig
 from spy_env.stage import Stage
 from trainers.algorithm import RAEBaselines, group_normalized_advantages, group_scaled, moments_stats
-from trainers.choices import vote_gradient_of
+from trainers.choices import VOTE_GRADIENTS, vote_gradient_of
+from trainers.validation import bad, check_choice, check_section, setting
 
 __all__ = [
     "ADVANTAGE_GROUPINGS",
     "ROLES",
     "SKIP_REASONS",
+    "AdvantageConfig",
     "AdvantageGrouping",
     "Sample",
     "advantage_groups",
@@ -50,6 +53,54 @@ __all__ = [
 
 SKIP_REASONS = ("too_long_prompt", "empty", "forfeit", "no_choice")
 ROLES = ("civilian", "spy")
+
+
+@dataclass(frozen=True)
+class AdvantageConfig:
+    """``SpyRLConfig.advantages``: how rewards become advantages (Eq. 5 for votes, RAE for performances)."""
+
+    SECTION: ClassVar[str] = "advantages"
+
+    detect_advantage_groups: str = setting(
+        "game",
+        "Normalise detection rewards within: game (its voters, Eq. 5), prompt (one seat's vote across the "
+        "games_per_document games of a replay_setup group: same document, spy and masks) or batch (all of the "
+        "iteration's votes, over every process: with few voters a game, e.g. 2 civilians of 3 players, Eq. 5 zeroes "
+        "every game whose voters agree; docs/experiment/TUNING.md). A name in trainers.samples.ADVANTAGE_GROUPINGS.",
+    )
+    vote_gradient: str = setting(
+        "sampled",
+        "Gradient at a vote's choice token (constrained or think-then-vote, hf): sampled (the paper's: the "
+        "sampled choice's clipped surrogate), expected (its exact expectation over the legal choices, whose "
+        "rewards the env knows; not the paper's estimator) or supervised (-log q(spy): a labels-only reference). "
+        "A name in trainers.choices.VOTE_GRADIENTS; see trainers/choices.py and docs/FIDELITY.md.",
+    )
+    spy_vote_in_group: bool = setting(
+        False, "The spy's vote joins its game's Eq. 5 normalisation group (the paper: all n voters), trained or not."
+    )
+    penalty_advantage: Literal["own", "shared"] = setting(
+        "own",
+        "Format/rule penalties: own (added to the offender's advantage after normalisation/baselines, so they "
+        "never move anyone else's) or shared (added to the reward before, the old form).",
+    )
+    advantage_eps: float = setting(1e-4, "ε of (r − mean) / (std + ε).")
+    rae: bool = setting(True, "Role-conditioned EMA baselines for performing advantages (off = raw rewards).")
+    rae_alpha: float = setting(0.9, "RAE EMA factor α.")
+    rae_init: Literal["first_batch", "zero"] = setting(
+        "first_batch",
+        "RAE baselines before a role's first batch: first_batch (seeded with that batch's mean: no cold start) "
+        "or zero (b_role = 0).",
+    )
+    perform_group_norm: bool = setting(
+        False, "Also scale performing advantages by the std within replay_setup groups: A = (r − b_role)/(std_g + ε)."
+    )
+
+    def __post_init__(self) -> None:
+        check_section(self, non_negative=("advantage_eps",), fractions=("rae_alpha",))
+        if self.rae_alpha >= 1:
+            raise bad(self, "rae_alpha", "in [0, 1)")
+        check_choice(self, "detect_advantage_groups", ADVANTAGE_GROUPINGS)  # registries: read when checked
+        check_choice(self, "vote_gradient", VOTE_GRADIENTS)
 
 
 @dataclass(frozen=True)
@@ -113,22 +164,22 @@ def stage_rows(
     return rows, skipped
 
 
-def stage_rewards(rows: Sequence[Mapping[str, Any]], stage: Stage, config: Any) -> tuple[list[float], list[float]]:
-    """``(rewards, penalties)`` of each row under a :class:`~trainers.SpyRLConfig`.
+def stage_rewards(
+    rows: Sequence[Mapping[str, Any]], stage: Stage, config: AdvantageConfig, game: GameConfig
+) -> tuple[list[float], list[float]]:
+    """``(rewards, penalties)`` of each row (the rewards' weights are ``game``'s).
 
     ``penalty_advantage="own"``: the stage's weighted reward component, and the weighted penalty
     to add to the advantage later. ``"shared"``: the total reward (penalties inside), no penalty.
 
-    >>> from trainers.config import SpyRLConfig
     >>> rows = [{"reward_detect": 1.0, "reward_penalty": -0.5, "reward": 0.5}]
-    >>> stage_rewards(rows, Stage.VOTE, SpyRLConfig(penalty_advantage="own"))
+    >>> stage_rewards(rows, Stage.VOTE, AdvantageConfig(penalty_advantage="own"), GameConfig())
     ([1.0], [-0.5])
-    >>> stage_rewards(rows, Stage.VOTE, SpyRLConfig(penalty_advantage="shared"))
+    >>> stage_rewards(rows, Stage.VOTE, AdvantageConfig(penalty_advantage="shared"), GameConfig())
     ([0.5], [0.0])
     """
     if config.penalty_advantage != "own":
         return [r["reward"] for r in rows], [0.0] * len(rows)
-    game = config.game_config()
     weight, component = (
         (game.weight_detect, "reward_detect") if stage is Stage.VOTE else (game.weight_perform, "reward_perform")
     )
@@ -197,27 +248,32 @@ def advantage_groups(rows: Sequence[Mapping[str, Any]], by: str) -> list[Hashabl
 
 
 def global_group_stats(
-    rows: Sequence[Mapping[str, Any]], rewards: Sequence[float], config: Any, all_reduce: Callable[[list], list]
+    rows: Sequence[Mapping[str, Any]],
+    rewards: Sequence[float],
+    config: AdvantageConfig,
+    weight_detect: float,
+    all_reduce: Callable[[list], list],
 ) -> dict[Hashable, tuple[float, float]] | None:
     """The ``(mean, std)`` of a group spread over processes (a ``whole_batch`` grouping), from every
     process's :func:`vote_moments` summed by ``all_reduce``; None when each process holds whole groups."""
     if not grouping_of(config.detect_advantage_groups).whole_batch:
         return None
-    return batch_group_stats(all_reduce(vote_moments(rows, rewards, config)))  # the iteration's votes
+    return batch_group_stats(all_reduce(vote_moments(rows, rewards, config, weight_detect)))  # the iteration's votes
 
 
-def vote_moments(rows: Sequence[Mapping[str, Any]], rewards: Sequence[float], config: Any) -> list[float]:
+def vote_moments(
+    rows: Sequence[Mapping[str, Any]], rewards: Sequence[float], config: AdvantageConfig, weight_detect: float
+) -> list[float]:
     """``[Σ m1, Σ m2, n]`` of this process's votes: what processes add up so that ``detect_advantage_groups``
     ``batch`` normalises over the iteration's global votes, not one process's share. ``m1``, ``m2``: a vote's
     reward and its square (under its recorded choice distribution with ``vote_gradient="expected"``).
 
-    >>> from trainers.config import SpyRLConfig
-    >>> vote_moments([{}, {}], [1.0, 0.0], SpyRLConfig(detect_advantage_groups="batch"))
+    >>> vote_moments([{}, {}], [1.0, 0.0], AdvantageConfig(detect_advantage_groups="batch"), 1.0)
     [1.0, 1.0, 2]
     """
     gradient = vote_gradient_of(config.vote_gradient)
     if gradient.moments is not None:
-        return gradient.moments(rows, config.game_config().weight_detect)
+        return gradient.moments(rows, weight_detect)
     r = np.asarray(rewards, dtype=np.float64)
     return [float(r.sum()), float((r * r).sum()), len(rows)]
 
@@ -235,18 +291,19 @@ def stage_advantages(
     rows: Sequence[Mapping[str, Any]],
     rewards: Sequence[float],
     stage: Stage,
-    config: Any,
+    config: AdvantageConfig,
     rae: RAEBaselines,
+    weight_detect: float = 1.0,
     role_means: Mapping[str, float] | None = None,
     group_stats: Mapping[Hashable, tuple[float, float]] | None = None,
 ) -> np.ndarray:
     """Advantages before penalties: Eq. 5 for votes; RAE (updating ``rae``), optionally group-scaled,
     for performances (``role_means``: every process's ``r̄_role``, when several share a batch;
-    ``group_stats``: the vote groups' global ``(mean, std)``, likewise: :func:`batch_group_stats`).
+    ``group_stats``: the vote groups' global ``(mean, std)``, likewise: :func:`batch_group_stats`;
+    ``weight_detect``: the game's, for choice weights).
 
-    >>> from trainers.config import SpyRLConfig
     >>> rows = [{"game_id": 0, "round": 0, "role": "civilian"}] * 2
-    >>> stage_advantages(rows, [1.0, 0.0], Stage.VOTE, SpyRLConfig(), RAEBaselines()).round(3).tolist()
+    >>> stage_advantages(rows, [1.0, 0.0], Stage.VOTE, AdvantageConfig(), RAEBaselines()).round(3).tolist()
     [1.0, -1.0]
     """
     eps = config.advantage_eps
@@ -254,7 +311,7 @@ def stage_advantages(
         groups = advantage_groups(rows, config.detect_advantage_groups)
         gradient = vote_gradient_of(config.vote_gradient)
         if gradient.weights is not None:  # e.g. expected: reasoning tokens get the vote's expected reward, normalised
-            return gradient.weights(rows, groups, config.game_config().weight_detect, eps, group_stats)[1]
+            return gradient.weights(rows, groups, weight_detect, eps, group_stats)[1]
         return group_normalized_advantages(rewards, groups, eps=eps, stats=group_stats)
     roles = [r["role"] for r in rows]
     if config.rae:
@@ -273,7 +330,8 @@ def stage_advantages(
 def choice_advantages(
     rows: Sequence[Mapping[str, Any]],
     stage: Stage,
-    config: Any,
+    config: AdvantageConfig,
+    weight_detect: float,
     group_stats: Mapping[Hashable, tuple[float, float]] | None = None,
 ) -> list[np.ndarray | None]:
     """Per row, the weights of its choices for ``vote_gradient`` expected (``Â_k``) or supervised (1 on the
@@ -282,8 +340,7 @@ def choice_advantages(
     if stage is not Stage.VOTE or gradient.weights is None:
         return [None] * len(rows)
     groups = advantage_groups(rows, config.detect_advantage_groups)
-    weight = config.game_config().weight_detect
-    return gradient.weights(rows, groups, weight, config.advantage_eps, group_stats)[0]
+    return gradient.weights(rows, groups, weight_detect, config.advantage_eps, group_stats)[0]
 
 
 def trainable_samples(

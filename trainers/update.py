@@ -10,36 +10,101 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import torch
 
 from trainers.choices import Choice, vote_gradient_of
-from trainers.config import SpyRLConfig
 from trainers.logprobs import pad_to, sequence_logps
-from trainers.loss import ChoiceTerms, LossConfig, LossScale, clipped_policy_loss
+from trainers.loss import ChoiceTerms, LossScale, Objective, clipped_policy_loss
+from trainers.precision import make_optimizer
 from trainers.samples import Sample
+from trainers.validation import bad, check_section, setting
 
-__all__ = ["MicroBatch", "TrainingSamples", "UpdateTotals", "micro_loss", "micro_step", "mini_batch_size"]
+__all__ = [
+    "MicroBatch",
+    "TrainingSamples",
+    "UpdateConfig",
+    "UpdateTotals",
+    "micro_loss",
+    "micro_step",
+    "mini_batch_size",
+    "optimizer_and_schedule",
+]
 
 # (prompts, completions, choices) -> (B, T) log-probs and each row's (C,) choice log-probs
 LogpsFn = Callable[[list[list[int]], list[list[int]], list[Choice | None]], tuple[torch.Tensor, list]]
 
 
-def mini_batch_size(config: SpyRLConfig, samples: int, num_processes: int = 1) -> int:
-    """Samples per optimizer step on one process when it trains on ``samples`` rows this iteration.
+@dataclass(frozen=True)
+class UpdateConfig:
+    """``SpyRLConfig.update``: the optimizer, and how an iteration's samples become optimizer steps."""
+
+    SECTION: ClassVar[str] = "update"
+
+    learning_rate: float = setting(1e-6, "AdamW learning rate.")
+    weight_decay: float = setting(0.0, "AdamW weight decay.")
+    warmup_iterations: int = setting(0, "Linear warm-up, in iterations.")
+    max_grad_norm: float = setting(1.0, "Gradient clipping; 0 disables.")
+    mini_batch_size: int = setting(
+        128, "PPO mini-batch per optimizer step, in mini_batch_unit; see also updates_per_iteration."
+    )
+    mini_batch_unit: Literal["samples", "documents"] = setting(
+        "samples",
+        "Unit of mini_batch_size: samples (training rows), or documents as verl counts ppo_mini_batch_size (in "
+        "prompts, × rollout.n): each iteration makes ceil(documents_per_iteration / mini_batch_size) updates.",
+    )
+    updates_per_iteration: int = setting(
+        0,
+        "If > 0: split each iteration's samples into this many equal mini-batches (optimizer steps per epoch), "
+        "whatever their number, as verl's prompt-counted ppo_mini_batch_size does; 0: use mini_batch_size.",
+    )
+    micro_batch_size: int = setting(8, "Samples per forward/backward; gradients accumulate to the mini-batch.")
+    epochs: int = setting(1, "Passes over each iteration's samples (μ).")
+
+    def __post_init__(self) -> None:
+        check_section(
+            self,
+            positive_ints=("mini_batch_size", "micro_batch_size", "epochs"),
+            positive=("learning_rate",),
+            non_negative=("weight_decay", "max_grad_norm"),
+        )
+        if self.updates_per_iteration < 0:
+            raise bad(self, "updates_per_iteration", "an integer >= 0")
+        if self.warmup_iterations < 0:
+            raise bad(self, "warmup_iterations", "an integer >= 0")
+        if self.mini_batch_unit == "samples" and self.mini_batch_size % self.micro_batch_size:
+            raise bad(self, "mini_batch_size", f"a multiple of micro_batch_size ({self.micro_batch_size})")
+
+
+def optimizer_and_schedule(
+    params: Sequence[torch.nn.Parameter], accelerator: Any, config: UpdateConfig
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW with fp32 masters (:func:`trainers.precision.make_optimizer`) and a linear warm-up over
+    ``warmup_iterations`` (the schedule steps once an iteration)."""
+    optimizer = make_optimizer(params, accelerator, lr=config.learning_rate, weight_decay=config.weight_decay)
+    warmup = config.warmup_iterations
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda it: min(1.0, (it + 1) / (warmup + 1)) if warmup else 1.0
+    )
+    return optimizer, scheduler
+
+
+def mini_batch_size(config: UpdateConfig, documents: int, samples: int, num_processes: int = 1) -> int:
+    """Samples per optimizer step on one process when it trains on ``samples`` rows this iteration
+    (``documents``: the iteration's documents, all processes together).
 
     ``updates_per_iteration`` k > 0: ``ceil(samples / k)``. ``mini_batch_unit="documents"`` (verl's
-    prompt-counted ``ppo_mini_batch_size``): ``ceil(documents_per_iteration / mini_batch_size)``
-    updates (both global counts), so 128 documents of 128 make one. Else ``mini_batch_size`` samples
-    over all processes, so ``mini_batch_size / num_processes`` on each.
+    prompt-counted ``ppo_mini_batch_size``): ``ceil(documents / mini_batch_size)`` updates (both
+    global counts), so 128 documents of 128 make one. Else ``mini_batch_size`` samples over all
+    processes, so ``mini_batch_size / num_processes`` on each.
 
-    >>> mini_batch_size(SpyRLConfig(mini_batch_unit="documents"), 5120), mini_batch_size(SpyRLConfig(), 5120)
+    >>> mini_batch_size(UpdateConfig(mini_batch_unit="documents"), 128, 5120), mini_batch_size(UpdateConfig(), 128, 5120)
     (5120, 128)
     """
     updates = config.updates_per_iteration
     if not updates and config.mini_batch_unit == "documents":
-        updates = -(-config.documents_per_iteration // config.mini_batch_size)
+        updates = -(-documents // config.mini_batch_size)
     if updates:
         return max(1, -(-samples // updates))
     return max(1, config.mini_batch_size // num_processes)
@@ -55,7 +120,7 @@ class MicroBatch:
     old_logps: list[torch.Tensor | None]  # (T_i,) behaviour log-probs; None: on-policy, the current ones
     ref_logps: list[torch.Tensor] | None  # (T_i,) reference log-probs (beta > 0)
     advantages: list[float]
-    loss: LossConfig  # Eq. 7's settings, at this stage's ratio level
+    loss: Objective  # Eq. 7's settings, at this stage's ratio level
     scale: LossScale  # dapo's denominator (trainers.loss.loss_items of the mini-batch) and accumulation
     choices: list[Choice | None] = field(default_factory=list)  # votes' choices (scored renormalised)
     old_choices: list[torch.Tensor | None] = field(default_factory=list)  # (C,) behaviour choice log-probs
@@ -112,7 +177,7 @@ class TrainingSamples:
             choice_out.update({i: choice_logps[k] for k, i in enumerate(part)})
         return out, choice_out
 
-    def micro_batch(self, indices: Sequence[int], loss: LossConfig, scale: LossScale) -> MicroBatch:
+    def micro_batch(self, indices: Sequence[int], loss: Objective, scale: LossScale) -> MicroBatch:
         return MicroBatch(
             prompts=[self.prompts[i] for i in indices],
             completions=[self.completions[i] for i in indices],
@@ -131,7 +196,7 @@ class TrainingSamples:
 def micro_step(
     model: Any,
     batch: MicroBatch,
-    config: SpyRLConfig,
+    temperature: float,
     pad_id: int,
     backward: Callable[[torch.Tensor], None],
     kept: tuple | None = None,
@@ -140,11 +205,11 @@ def micro_step(
     micro-batch's ``(logps, mask, choice_logps)`` a forward-vote rollout already computed with their
     graph (``trainers.votes.retained_for_update``): no forward then, and no entropy."""
     if kept is not None:
-        return micro_loss(kept[0], kept[1], None, kept[2], batch, config, backward)
+        return micro_loss(kept[0], kept[1], None, kept[2], batch, backward)
     logps, mask, entropy, choice_logps = sequence_logps(
-        model, batch.prompts, batch.completions, pad_id, config.temperature, with_entropy=True, choices=batch.choices
+        model, batch.prompts, batch.completions, pad_id, temperature, with_entropy=True, choices=batch.choices
     )  # (B, T) each, and (C,) per vote with a choice
-    return micro_loss(logps, mask, entropy, choice_logps, batch, config, backward)
+    return micro_loss(logps, mask, entropy, choice_logps, batch, backward)
 
 
 def micro_loss(
@@ -153,7 +218,6 @@ def micro_loss(
     entropy: torch.Tensor | None,
     choice_logps: Sequence[torch.Tensor | None],
     batch: MicroBatch,
-    config: SpyRLConfig,
     backward: Callable[[torch.Tensor], None],
 ) -> dict[str, float]:
     """Eq. 7 on a micro-batch's current log-probs (``sequence_logps``'s outputs), then ``backward``."""
@@ -164,7 +228,7 @@ def micro_loss(
     )  # (B, T)
     ref = torch.stack([pad_to(row, width) for row in batch.ref_logps]) if batch.loss.beta else None  # (B, T)
     advantages = torch.tensor(batch.advantages, dtype=logps.dtype)  # (B,)
-    choice = _choice_terms(choice_logps, batch, config.vote_gradient, logps)
+    choice = _choice_terms(choice_logps, batch, batch.loss.vote_gradient, logps)
     out = clipped_policy_loss(logps, old, advantages, mask, batch.loss, ref_logps=ref, scale=batch.scale, choice=choice)
     backward(out.loss)
     return {

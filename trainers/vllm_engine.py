@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.decoding import DecodingOptions
 from spy_env.policy import Action, Observation
+
+if TYPE_CHECKING:
+    from trainers.policies import DecodingConfig, RolloutConfig
 
 __all__ = [
     "VLLMRolloutPolicy",
@@ -144,30 +147,34 @@ class VLLMRolloutPolicy:
         self.engine.sync_weights()
 
 
-def vllm_generation_kwargs(config: Any, model: Any, accelerator: Any, tokenizer: Any) -> dict[str, Any]:
-    """Keyword arguments of TRL's ``VLLMGeneration`` for a :class:`trainers.SpyRLConfig`."""
-    server = config.generation == "vllm-server"
+def vllm_generation_kwargs(
+    rollout: RolloutConfig, decoding: DecodingConfig, model: Any, accelerator: Any, tokenizer: Any
+) -> dict[str, Any]:
+    """Keyword arguments of TRL's ``VLLMGeneration`` for the ``rollout`` and ``decoding`` sections."""
+    server = rollout.generation == "vllm-server"
     return {
         "model": model,
         "accelerator": accelerator,
         "processing_class": tokenizer,
         "mode": "server" if server else "colocate",
-        "server_base_url": config.vllm_server_url if server else None,
-        "server_timeout": config.vllm_server_timeout,
-        "group_port": config.vllm_group_port,
-        "tensor_parallel_size": config.vllm_tensor_parallel_size,
-        "gpu_memory_utilization": config.vllm_gpu_memory_utilization,
-        "max_model_length": config.vllm_max_model_length or config.max_prompt_tokens + config.max_completion_tokens,
-        "enable_sleep_mode": config.vllm_enable_sleep_mode,
-        "temperature": config.temperature,
-        "top_p": config.top_p,
-        "max_completion_length": config.max_completion_tokens,
+        "server_base_url": rollout.vllm_server_url if server else None,
+        "server_timeout": rollout.vllm_server_timeout,
+        "group_port": rollout.vllm_group_port,
+        "tensor_parallel_size": rollout.vllm_tensor_parallel_size,
+        "gpu_memory_utilization": rollout.vllm_gpu_memory_utilization,
+        "max_model_length": rollout.vllm_max_model_length or rollout.max_prompt_tokens + decoding.max_completion_tokens,
+        "enable_sleep_mode": rollout.vllm_enable_sleep_mode,
+        "temperature": decoding.temperature,
+        "top_p": decoding.top_p,
+        "max_completion_length": decoding.max_completion_tokens,
         "logprobs": 0,  # the sampled token's log-prob only
     }
 
 
-def make_vllm_generation(config: Any, model: Any, accelerator: Any, tokenizer: Any, model_path: str) -> Any:
-    """Build TRL's ``VLLMGeneration`` from a :class:`trainers.SpyRLConfig` (import-guarded)."""
+def make_vllm_generation(
+    rollout: RolloutConfig, decoding: DecodingConfig, model: Any, accelerator: Any, tokenizer: Any, model_path: str
+) -> Any:
+    """Build TRL's ``VLLMGeneration`` for the ``rollout`` and ``decoding`` sections (import-guarded)."""
     try:
         from trl.generation.vllm_generation import VLLMGeneration
         from trl.import_utils import is_vllm_available
@@ -175,9 +182,9 @@ def make_vllm_generation(config: Any, model: Any, accelerator: Any, tokenizer: A
         raise ImportError("vLLM rollouts need TRL: pip install 'spyrl[train,vllm]'") from e
     if not is_vllm_available():
         raise ImportError(
-            f"generation={config.generation!r} needs vLLM on a CUDA machine: pip install 'spyrl[train,vllm]' "
+            f"generation={rollout.generation!r} needs vLLM on a CUDA machine: pip install 'spyrl[train,vllm]' "
             "(or use generation='hf')"
         )
     if getattr(model, "name_or_path", None) != model_path:  # a colocated engine loads its weights from here
         model.name_or_path = model_path
-    return VLLMGeneration(**vllm_generation_kwargs(config, model, accelerator, tokenizer))
+    return VLLMGeneration(**vllm_generation_kwargs(rollout, decoding, model, accelerator, tokenizer))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -28,6 +28,9 @@ from agents.hf import HFPolicy
 from agents.prefix_cache import grouped_logits, prefix_groups
 from agents.tensors import left_pad
 from spy_env.policy import Action, Observation
+
+if TYPE_CHECKING:
+    from trainers.update import UpdateConfig
 
 __all__ = ["ForwardVotes", "one_update", "release_retained", "retained_for_update", "retained_logps"]
 
@@ -205,13 +208,14 @@ def release_retained(policy: object) -> None:
         policy.retained.clear()
 
 
-def one_update(config: Any, distributed: bool) -> bool:
-    """Whether each iteration makes exactly one on-policy optimizer step needing no other forward pass
-    (one mini-batch, one epoch, no KL reference, one process: DDP syncs gradients in its own forward)."""
+def one_update(config: UpdateConfig, documents: int, beta: float, distributed: bool) -> bool:
+    """Whether each iteration (of ``documents`` documents) makes exactly one on-policy optimizer step
+    needing no other forward pass (one mini-batch, one epoch, no KL reference: ``beta`` 0, one process:
+    DDP syncs gradients in its own forward)."""
     one = config.updates_per_iteration == 1 or (
-        config.mini_batch_unit == "documents" and config.documents_per_iteration <= config.mini_batch_size
+        config.mini_batch_unit == "documents" and documents <= config.mini_batch_size
     )
-    return one and config.epochs == 1 and not config.beta and not distributed
+    return one and config.epochs == 1 and not beta and not distributed
 
 
 def retained_for_update(policy: object, samples: Any, size: int, single: bool) -> tuple | None:
