@@ -53,4 +53,5 @@ def training_extras(config: ModelConfig, report_to: Sequence[str] = (), *, plots
 
 def require_training_extras(config: ModelConfig, report_to: Sequence[str] = (), *, plots: bool = False) -> None:
     """Raise one ``ImportError`` naming every package of :func:`training_extras` that is missing."""
-    require(training_extras(config, report_to, plots=plots))
+    needs = training_extras(config, report_to, plots=plots)
+    require(needs)

@@ -120,13 +120,17 @@ class SpyRLTrainer:
             self.config.game, config.run.heldout_fraction, config.run.eval_games
         )
         self.policy: RolloutPolicy = learner_policy(config.decoding, config.rollout, self.unwrapped, self.tokenizer)
-        if config.rollout.generation != "hf":
-            self.policy = self._vllm_policy(self.policy)
+        if config.rollout.generation != "hf":  # FSDP weights are gathered from the wrapped model
+            from trainers.vllm_engine import vllm_rollout_policy
+
+            model = self.model if self.sharding == "fsdp" else self.unwrapped
+            engine = (model, self.accelerator, self.tokenizer, self.model_path)
+            self.policy = vllm_rollout_policy(self.policy, config.rollout, config.decoding, config.game.rounds, *engine)
         self.seat_policy = seat_policy(config.rollout, config.run.seed, self.policy)
         main = self.accelerator.is_main_process
         self.sinks = MetricSinks(self.output_dir, config.run.report_to if main else [], config.to_dict())
         if resume_from:
-            self.load_checkpoint(resume_from, verified=True)
+            ckpt.load_trainer(self, resume_from)  # verified above
             self.policy.sync()  # a separate engine loaded the initial weights, not the checkpoint's
 
     @property
@@ -142,25 +146,6 @@ class SpyRLTrainer:
     def all_reduce(self, values: Sequence[float], op: str = "sum") -> list[float]:
         """Sum (or mean) ``values`` over processes; identity in a single process."""
         return processes.all_reduce(self.accelerator, values, op)
-
-    # --------------------------------------------------------------- set-up
-    def _vllm_policy(self, encoder: RolloutPolicy) -> RolloutPolicy:
-        """Rollouts through TRL's VLLMGeneration (colocated or server), sharing ``encoder``'s prompts."""
-        from trainers.vllm_engine import VLLMRolloutPolicy, make_vllm_generation
-
-        c = self.config
-        collective = c.rollout.generation == "vllm-server" or c.rollout.vllm_tensor_parallel_size > 1
-        if collective and self.distributed and self.config.game.rounds > 1:
-            # generation then gathers prompts across processes, so every process must make the same
-            # number of calls; games of several rounds end at different times on different processes
-            raise ValueError(
-                "SpyRLConfig.game.rounds must be 1 with generation='vllm-server' or vllm_tensor_parallel_size > 1 "
-                f"on several processes, got {self.config.game.rounds}"
-            )
-        # FSDP weights are gathered from the wrapped model; DDP, DeepSpeed and PEFT from the module itself
-        model = self.model if self.sharding == "fsdp" else self.unwrapped
-        engine = make_vllm_generation(c.rollout, c.decoding, model, self.accelerator, self.tokenizer, self.model_path)
-        return VLLMRolloutPolicy(engine, encoder, decoding=c.decoding.options(), name="policy")
 
     # ------------------------------------------------------------- rollouts
     def _runner(self, documents: Sequence[Any], config: GameConfig | None = None) -> Runner:

@@ -162,13 +162,14 @@ def learner_policy(
 ) -> RolloutPolicy:
     """The trained ``model`` as an ``hf`` policy: sampling as ``decoding`` says, or greedy (evaluation);
     with ``rollout.forward_votes``, its constrained votes take one forward pass (:mod:`trainers.votes`)."""
+    sampling, options = decoding.sampling(greedy=greedy), decoding.options()
     policy = HFPolicy(
         model,
         tokenizer,
-        sampling=decoding.sampling(greedy=greedy),
+        sampling=sampling,
         name="policy",
         batch_size=rollout.generation_batch_size,
-        decoding=decoding.options(),
+        decoding=options,
         share_prefix=rollout.share_prefix,
     )
     if rollout.forward_votes:

@@ -35,6 +35,7 @@ __all__ = [
     "actions_from_generation",
     "make_vllm_generation",
     "vllm_generation_kwargs",
+    "vllm_rollout_policy",
 ]
 
 
@@ -188,3 +189,27 @@ def make_vllm_generation(
     if getattr(model, "name_or_path", None) != model_path:  # a colocated engine loads its weights from here
         model.name_or_path = model_path
     return VLLMGeneration(**vllm_generation_kwargs(rollout, decoding, model, accelerator, tokenizer))
+
+
+def vllm_rollout_policy(
+    encoder: Any,
+    rollout: RolloutConfig,
+    decoding: DecodingConfig,
+    rounds: int,
+    model: Any,
+    accelerator: Any,
+    tokenizer: Any,
+    model_path: str,
+) -> VLLMRolloutPolicy:
+    """Rollouts through TRL's VLLMGeneration (colocated or server) on ``model``'s weights, sharing
+    ``encoder``'s prompts (games of ``rounds`` rounds)."""
+    collective = rollout.generation == "vllm-server" or rollout.vllm_tensor_parallel_size > 1
+    if collective and accelerator.num_processes > 1 and rounds > 1:
+        # generation then gathers prompts across processes, so every process must make the same
+        # number of calls; games of several rounds end at different times on different processes
+        raise ValueError(
+            "SpyRLConfig.game.rounds must be 1 with generation='vllm-server' or vllm_tensor_parallel_size > 1 "
+            f"on several processes, got {rounds}"
+        )
+    engine = make_vllm_generation(rollout, decoding, model, accelerator, tokenizer, model_path)
+    return VLLMRolloutPolicy(engine, encoder, decoding=decoding.options(), name="policy")
