@@ -47,7 +47,6 @@ settings as the experiments do (greedy constrained votes; on ``eased-heldout`` i
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -57,6 +56,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from harness import command_of, experiment_parser, user_error
 
 import agents
 from agents.rules import RULES
@@ -299,8 +300,9 @@ def table(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="runs/rule_baselines.json", help="the JSON file to write")
+    p = experiment_parser(
+        __doc__, "runs/rule_baselines.json", "the JSON file to write", overrides=False, overwrite=False
+    )
     p.add_argument("--train-games", type=int, default=400, help="games of eased-train / matched-train")
     p.add_argument("--baseline-games", type=int, default=500, help="games per degradation of baselines-*")
     p.add_argument("--only", default="", help="comma-separated setting names (default: all)")
@@ -311,15 +313,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     if min(args.train_games, args.baseline_games) < 1:
-        print("error: --train-games and --baseline-games must be >= 1", file=sys.stderr)
-        return 2
+        return user_error("--train-games and --baseline-games must be >= 1")
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     by_name = {s.name: s for s in settings(args.train_games, args.baseline_games)}
     model_on = [s.strip() for s in args.base_model.split(",") if s.strip()]
     eased = sorted(name for name, setting in by_name.items() if setting.config.n_players == 3)
     if any(name not in eased for name in model_on):
-        print(f"error: --base-model takes eased settings among {eased}, got {args.base_model!r}", file=sys.stderr)
-        return 2
+        return user_error(f"--base-model takes eased settings among {eased}, got {args.base_model!r}")
     start = time.perf_counter()
     chosen: list[Callable[[], dict[str, Any]]] = []
     for setting in by_name.values():
@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             chosen.append(lambda s=setting: {s.name: run_setting(s)})
     if not only or only & {"detect-v1", "detect-v1-first48"}:
         chosen.append(run_detect_v1)
-    command = "python experiments/rule_baselines.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_of(__file__, argv)
     results: dict[str, Any] = {"command": command, "voters": list(VOTERS), "rules": list(RULES), "settings": {}}
     for job in chosen:
         results["settings"].update(job())

@@ -46,6 +46,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness import command_of, experiment_parser, user_error
+
 from agents.rules import RULES, spy_share
 from spy_env.extras import require
 from spy_env.heldout import bootstrap, evaluate_heldout, paired_difference, summarize
@@ -282,23 +284,21 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="runs/selfplay", help="folder for selfplay_stages.json and .png")
-    p.add_argument("--runs", default=None, help="folder of the training runs (default: OUT/runs)")
+    p = experiment_parser(
+        __doc__, "runs/selfplay", "folder for selfplay_stages.json and .png",
+        runs="folder of the training runs (default: OUT/runs)", quick=True,
+    )  # fmt: skip
     p.add_argument("--rows", default="selfplay,detect-only,perform-reference", help=f"comma-separated: {list(ROWS)}")
     p.add_argument("--iterations", type=int, default=None, help="training iterations of every row (default 12)")
     p.add_argument("--spy-games", type=int, default=None, help="first games of spy-v1 (default 32)")
     p.add_argument("--detect-games", type=int, default=None, help="held-out detection games (default 32)")
     p.add_argument("--leaderboard-games", type=int, default=None, help="first games of detect-v1 (default 48)")
     p.add_argument("--seed", type=int, default=12345, help="seed of the held-out detection games")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="SpyRLConfig override")
-    p.add_argument("--quick", action="store_true", help="a few-minute run of the same pipeline")
     p.add_argument(
         "--probe", type=int, default=0, metavar="N",
         help="only play N iterations' training games with the untrained model (no update) and write "
         "selfplay_probe.json: how often its votes and each rule find the spy among its own performances",
     )  # fmt: skip
-    p.add_argument("--overwrite", action="store_true", help="replace earlier results")
     return p
 
 
@@ -328,11 +328,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         refuse_existing_outputs(written, overwrite=args.overwrite)
     except (ImportError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return user_error(e)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     start = time.perf_counter()
-    command = "python experiments/selfplay_stages.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_of(__file__, argv)
     if args.probe:
         result = {"command": command, **probe(args), "minutes": (time.perf_counter() - start) / 60}
         write_text(out / "selfplay_probe.json", json.dumps(result, indent=1) + "\n")

@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness import command_of, experiment_parser, user_error
+
 from agents.hf import HFPolicy
 from spy_env.config import GameConfig
 from spy_env.extras import require
@@ -151,19 +153,17 @@ def plot(results: dict, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="runs/experiment", help="folder for results.json and heldout_accuracy.png")
-    p.add_argument("--runs", default=None, help="folder of the training runs (default: OUT/runs)")
+    p = experiment_parser(
+        __doc__, "runs/experiment", "folder for results.json and heldout_accuracy.png",
+        runs="folder of the training runs (default: OUT/runs)", quick=True,
+    )  # fmt: skip
     p.add_argument("--rows", default="selfplay,heuristic", help=f"comma-separated rows: {sorted(ROWS)}")
     p.add_argument("--iterations", type=int, default=None, help="training iterations (default: the preset's)")
     p.add_argument("--eval-games", type=int, default=None, help="held-out games per evaluation")
     p.add_argument("--eval-every", type=int, default=None)
     p.add_argument("--default-games", type=int, default=None, help="games of the default setting (0: skip)")
     p.add_argument("--seed", type=int, default=12345, help="seed of the held-out games")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="SpyRLConfig override")
     p.add_argument("--save-model", default=None, help="also save each trained model under this folder")
-    p.add_argument("--quick", action="store_true", help="a few-minute run of the same pipeline")
-    p.add_argument("--overwrite", action="store_true", help="replace earlier results and saved models")
     args = p.parse_args(argv)
     defaults = (1, 4, 1, 0) if args.quick else (None, 32, 1, 8)  # iterations None: the preset's
     for name, value in zip(("iterations", "eval_games", "eval_every", "default_games"), defaults, strict=True):
@@ -172,8 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     unknown = set(rows) - set(ROWS)
     if unknown or not rows:
-        print(f"error: --rows must name rows among {sorted(ROWS)}, got {args.rows!r}", file=sys.stderr)
-        return 2
+        return user_error(f"--rows must name rows among {sorted(ROWS)}, got {args.rows!r}")
     out = Path(args.out)
     args.runs = args.runs or str(out / "runs")
     models = [Path(args.save_model) / name for name in rows] if args.save_model else []
@@ -181,20 +180,18 @@ def main(argv: list[str] | None = None) -> int:
         require([PLOTS])  # the chart is drawn after the training
         refuse_existing_outputs([out / "results.json", out / "heldout_accuracy.png", *models], overwrite=args.overwrite)
     except (ImportError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return user_error(e)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     start = time.perf_counter()
     try:
         results = {
-            "command": "python experiments/smollm2_selfplay.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": command_of(__file__, argv),
             "rows": [],
         }
         for name in rows:
             results["rows"].append(run_row(name, args))
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return user_error(e)
     results["minutes"] = (time.perf_counter() - start) / 60
     write_text(out / "results.json", json.dumps(results, indent=1, default=float) + "\n")  # atomic, no link followed
     plot(results, out / "heldout_accuracy.png")

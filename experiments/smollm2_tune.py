@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness import experiment_parser, user_error
 from smollm2_selfplay import greedy_policy
 
 from spy_env.heldout import METRICS, evaluate_heldout, paired_difference, summarize
@@ -43,7 +44,7 @@ KEYS = (
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = experiment_parser(__doc__, "runs/tune", "folder of the results (one JSON per --name)")
     p.add_argument("--name", required=True)
     p.add_argument("--iterations", type=int, default=3)
     p.add_argument("--val-docs", type=int, default=12, help="training documents set aside for validation")
@@ -51,15 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--val-seed", type=int, default=777)
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--base-cache", default=None, help="JSON of the base model's validation games (reused)")
-    p.add_argument("--out", default="runs/tune")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--overwrite", action="store_true", help="replace an earlier result of this --name")
     a = p.parse_args(argv)
     try:
         return run(a)
     except ValueError as e:  # a bad --set, an existing result, a cache of other games: one line, exit 2
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return user_error(e)
 
 
 def read_cache(cache: Path, key: dict) -> list[dict] | None:

@@ -21,7 +21,6 @@ to the trainer's pieces:
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from harness import command_of, experiment_parser, user_error
 
 from spy_env.io import refuse_existing_outputs, write_text
 from spy_env.stage import Stage
@@ -142,16 +142,13 @@ def one_old_step(trainer, config, selected, choices, logits) -> dict[str, float]
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="runs/vote_difference.json")
+    p = experiment_parser(__doc__, "runs/vote_difference.json", "the JSON file to write", overrides=False)
     p.add_argument("--draws", type=int, default=500)
-    p.add_argument("--overwrite", action="store_true", help="replace an earlier result at --out")
     args = p.parse_args(argv)
     try:  # before the work, not after
         refuse_existing_outputs([args.out], overwrite=args.overwrite)
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return user_error(e)
     torch.manual_seed(0)
     config = SpyRLConfig.preset(
         "smollm2-selfplay", performer="heuristic", output_dir="runs/vote_difference", progress=False,
@@ -168,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     alignment = gradient_alignment(logits, choices, spies, q, [(r["game_id"], r["round"]) for r in rows], args.draws)
     step = one_old_step(trainer, config, selected, choices, logits)
     result = {
-        "command": "python experiments/vote_difference.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": command_of(__file__, argv),
         "rows": len(rows),
         "p_legal": {"mean": float(np.mean(p_legal)), "min": float(np.min(p_legal)), "max": float(np.max(p_legal))},
         "gradient_cosine_with_exact": alignment,

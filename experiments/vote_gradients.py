@@ -40,6 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness import command_of, experiment_parser, user_error
+
 from spy_env.config import GameConfig
 from spy_env.extras import require
 from spy_env.heldout import METRICS, evaluate_heldout, paired_difference, summarize
@@ -208,9 +210,10 @@ def parse_rows(text: str, iterations: int) -> list[tuple[str, int]] | None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="runs/vote_gradients", help="folder for vote_gradients.json and .png")
-    p.add_argument("--runs", default="runs/vote_gradients", help="folder of the training runs (checkpoints)")
+    p = experiment_parser(
+        __doc__, "runs/vote_gradients", "folder for vote_gradients.json and .png",
+        runs="folder of the training runs (checkpoints)", runs_default="runs/vote_gradients", quick=True,
+    )  # fmt: skip
     p.add_argument(
         "--rows", default=",".join(ROWS), help=f"comma-separated rows among {list(ROWS)}; ROW:N trains N iterations"
     )
@@ -219,7 +222,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-every", type=int, default=None, help="iterations between evaluations (default 10)")
     p.add_argument("--default-games", type=int, default=None, help="default-setting games (0: skip; default 6)")
     p.add_argument("--seed", type=int, default=12345, help="seed of the held-out games")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="SpyRLConfig override, every row")
     p.add_argument("--save-model", default=None, help="save the expected row's trained model in this folder")
     p.add_argument(
         "--init-model",
@@ -227,8 +229,6 @@ def parser() -> argparse.ArgumentParser:
         help="train every row from this model (a --save-model folder) instead of the preset's; the base "
         "evaluation stays the preset's model, so every gain is against it",
     )
-    p.add_argument("--quick", action="store_true", help="a few-minute run of the same pipeline")
-    p.add_argument("--overwrite", action="store_true", help="replace earlier results and a saved model")
     return p
 
 
@@ -241,25 +241,21 @@ def main(argv: list[str] | None = None) -> int:
             setattr(args, name, value)
     rows = parse_rows(args.rows, args.iterations)
     if rows is None:
-        print(f"error: --rows must name rows among {list(ROWS)} (ROW or ROW:N), got {args.rows!r}", file=sys.stderr)
-        return 2
+        return user_error(f"--rows must name rows among {list(ROWS)} (ROW or ROW:N), got {args.rows!r}")
     if min(args.iterations, args.eval_games, args.eval_every) < 1 or args.default_games < 0:
-        print("error: --iterations, --eval-games and --eval-every must be >= 1", file=sys.stderr)
-        return 2
+        return user_error("--iterations, --eval-games and --eval-every must be >= 1")
     if args.init_model and not (Path(args.init_model) / "config.json").is_file():
-        print(f"error: --init-model {args.init_model!r} is not a saved model folder (no config.json)", file=sys.stderr)
-        return 2
+        return user_error(f"--init-model {args.init_model!r} is not a saved model folder (no config.json)")
     out = Path(args.out)
     outputs = [out / "vote_gradients.json", out / "vote_gradients.png"]
     try:  # before the training, not after
         require([PLOTS])  # the chart is drawn after the training
         refuse_existing_outputs([*outputs, *([args.save_model] if args.save_model else [])], overwrite=args.overwrite)
     except (ImportError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return user_error(e)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     start = time.perf_counter()
-    command = "python experiments/vote_gradients.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_of(__file__, argv)
     results: dict[str, Any] = {"command": command, "rows": []}
     base = None
     try:
@@ -267,8 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             row, base = run_row(name, iterations, args, base)
             results["rows"].append(row)
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return user_error(e)
     results["base"] = {"per_game": base["games"], "default_per_game": base["default"], "minutes": base["minutes"]}
     results["minutes"] = (time.perf_counter() - start) / 60
     write_text(out / "vote_gradients.json", json.dumps(results, indent=1, default=float) + "\n")

@@ -27,7 +27,6 @@ of each rule's tied picks that is the spy), so each model's ``spy`` has its rule
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import replace
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from harness import command_of, experiment_parser, user_error
 
 SETTINGS = {
     "eased": {"n_players": 3, "degrade": "blank", "max_document_chars": 600},
@@ -145,14 +145,13 @@ def summarize(rows: list[dict]) -> dict[str, dict[str, float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = experiment_parser(__doc__, None, "JSON file to write", overrides=False, overwrite=False)
     p.add_argument(
         "--model", action="append", default=[],
         help="smollm2 or a saved model folder (repeatable; none: the rule baselines alone)",
     )  # fmt: skip
     p.add_argument("--games", type=int, default=48, help="games per setting")
     p.add_argument("--seed", type=int, default=777)
-    p.add_argument("--out", required=True, help="JSON file to write")
     args = p.parse_args(argv)
     from spy_env.heldout import bootstrap
     from spy_env.io import refuse_existing_outputs, write_text
@@ -163,9 +162,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"--model {spec!r}: not smollm2 and not a model folder (no config.json)")
         refuse_existing_outputs([args.out], overwrite=False)
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    command = "python experiments/vote_probe.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        return user_error(e)
+    command = command_of(__file__, argv)
     results: dict[str, Any] = {"command": command, "games": args.games, "models": {}, "rules": {}}
     fixed = {setting: games(setting, args.games, args.seed) for setting in SETTINGS}
     for setting, played in fixed.items():

@@ -2,13 +2,35 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import ModuleType
 
 import spy_env
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+
+
+def experiment_module(name: str) -> ModuleType:
+    """``experiments/NAME.py`` loaded as a module, with its folder on the import path while it loads (as
+    Python gives a script run from the command line: its neighbours, ``harness`` first, import plainly).
+    Registered under ``name`` (its dataclasses look their module up)."""
+    sys.path.insert(0, str(EXPERIMENTS))
+    try:
+        spec = importlib.util.spec_from_file_location(name, EXPERIMENTS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(EXPERIMENTS))
+    return module
+
 
 GOOD = "Problem: what is $2 + 3$?\nSolution: $2 + 3 = 5$, so the answer is $\\boxed{5}$."
 

@@ -117,12 +117,9 @@ def test_quick_selfplay_experiment_alternates_stages_and_pairs_every_evaluation(
 
 
 def _selfplay_stages():
-    import importlib.util
+    from tests.helpers import experiment_module
 
-    spec = importlib.util.spec_from_file_location("selfplay_stages", ROOT / "experiments" / "selfplay_stages.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return experiment_module("selfplay_stages")
 
 
 def test_probe_scores_each_rule_on_the_performances_the_voters_saw():
@@ -227,3 +224,30 @@ def test_vote_probe_measures_what_votes_follow_in_both_settings(tiny_model_dir, 
     ]
     wrong = subprocess.run(missing, capture_output=True, text=True, timeout=600)
     assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1 and "not a model folder" in wrong.stderr
+
+
+def test_the_experiment_harness_records_a_runnable_command_and_shares_the_options(capsys):
+    """experiments/harness.py: the recorded command quotes what the shell would split, the shared options
+    parse the same in every script, and a mistake is one error line and exit code 2."""
+    from tests.helpers import experiment_module
+
+    harness = experiment_module("harness")
+    assert harness.command_of("/x/experiments/vote_probe.py", ["--out", "a b.json"]) == (
+        "python experiments/vote_probe.py --out 'a b.json'"
+    )
+    p = harness.experiment_parser("Doc line.\nmore", "runs/x", "where", runs="runs help", quick=True)
+    args = p.parse_args(["--set", "loss.beta=0", "--set", "lr=1", "--quick", "--overwrite"])
+    assert (args.out, args.runs, args.set, args.quick, args.overwrite) == (
+        "runs/x",
+        None,
+        ["loss.beta=0", "lr=1"],
+        True,
+        True,
+    )
+    assert p.description == "Doc line."
+    bare = harness.experiment_parser(None, None, "file", overrides=False, overwrite=False)
+    with pytest.raises(SystemExit):
+        bare.parse_args([])  # --out is required when it has no default
+    capsys.readouterr()
+    assert harness.user_error(ValueError("bad --rows")) == 2
+    assert capsys.readouterr().err == "error: bad --rows\n"

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -189,11 +187,9 @@ def test_no_rule_finds_the_spy_among_disjoint_performances_but_the_copy_does():
 
 
 def _experiment():
-    spec = importlib.util.spec_from_file_location("rule_baselines", ROOT / "experiments" / "rule_baselines.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("rule_baselines", module)  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
+    from tests.helpers import experiment_module
+
+    return experiment_module("rule_baselines")
 
 
 def test_committed_rule_table_is_current_and_on_the_experiments_games(tmp_path):

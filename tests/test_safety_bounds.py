@@ -4,7 +4,6 @@ links, look-alike letters in forged tags, misleading errors. Ends with a fuzz te
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -315,14 +314,9 @@ def test_an_interrupted_save_leaves_no_half_written_model(tmp_path, fail):
 
 
 def _experiment(name: str):
-    sys.path.insert(0, str(ROOT / "experiments"))
-    try:
-        spec = importlib.util.spec_from_file_location(f"_exp_{name}", ROOT / "experiments" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "experiments"))
-    return module
+    from tests.helpers import experiment_module
+
+    return experiment_module(name)
 
 
 @pytest.mark.parametrize("existing", ["results.json", "model"])
