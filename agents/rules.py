@@ -20,7 +20,7 @@ terms), so a table of rule voters plays the same games as a table of heuristic a
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from agents.registry import any_argument, register_backend
@@ -28,7 +28,7 @@ from agents.scripted import HeuristicAgent, legal_seats, numbers_in, scripted_fa
 from spy_env.policy import Observation
 from spy_env.stage import Stage
 
-__all__ = ["RULES", "SINGLE_TEXT_RULES", "Rule", "RuleAgent", "overlap", "spy_share", "tied_picks"]
+__all__ = ["RULES", "SINGLE_TEXT_RULES", "Rule", "RuleAgent", "overlap", "played_shares", "spy_share", "tied_picks"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,32 @@ def spy_share(rule: Rule, shown: Sequence[str], legal: Iterable[int], spy: int) 
     votes that were cast by someone else, on the performances those voters saw."""
     picks = tied_picks(rule, shown, legal)
     return float(spy in picks) / len(picks)
+
+
+def played_shares(rows: Iterable[Mapping], rule: Rule) -> list[float]:
+    """``rule`` scored on games already played: per first-round civilian vote of an episode buffer's
+    ``rows``, the share of the rule's tied picks (among the voter's fellow seats) that is the spy, on the
+    very performances that voter saw. Its mean is the rule's detection accuracy on those games, the
+    baseline that a voter's ``detection_accuracy`` on the same games is read against.
+
+    >>> perform = [{"game_id": 0, "round": 0, "stage": "perform", "seat": s, "completion": t}
+    ...            for s, t in enumerate(["6 and 36", "6 and 36", "x"])]
+    >>> vote = {"game_id": 0, "round": 0, "stage": "vote", "role": "civilian", "seat": 0, "spy_seat": 2}
+    >>> played_shares([*perform, vote], RULES["shortest"])
+    [1.0]
+    """
+    rows = list(rows)
+    texts: dict[int, dict[int, str]] = {}
+    for r in rows:
+        if r["stage"] == Stage.PERFORM and r["round"] == 0:
+            texts.setdefault(r["game_id"], {})[r["seat"]] = r["completion"]
+    out = []
+    for r in rows:
+        if r["stage"] == Stage.VOTE and r["round"] == 0 and r["role"] == "civilian" and r["game_id"] in texts:
+            by_seat = texts[r["game_id"]]
+            shown = [by_seat.get(s, "") for s in range(max(by_seat) + 1)]
+            out.append(spy_share(rule, shown, [s for s in sorted(by_seat) if s != r["seat"]], r["spy_seat"]))
+    return out
 
 
 class RuleAgent:

@@ -48,7 +48,7 @@ from typing import Any
 
 from harness import command_of, experiment_parser, user_error
 
-from agents.rules import RULES, spy_share
+from agents.rules import RULES, played_shares
 from spy_env.extras import require
 from spy_env.heldout import bootstrap, evaluate_heldout, paired_difference, summarize
 from spy_env.io import refuse_existing_outputs, save_figure, write_text
@@ -140,22 +140,6 @@ def _mean(games: list[dict], metric: str) -> Any:
     return bootstrap([g[metric] for g in games])
 
 
-def rule_accuracy(rows: list[dict], rule: str) -> list[float]:
-    """Per first-round civilian vote: the share of ``rule``'s tied picks that is the spy (rules of
-    ``agents/rules.py`` applied to the performances these games' voters saw)."""
-    texts: dict[int, dict[int, str]] = {}
-    for r in rows:
-        if r["stage"] == Stage.PERFORM and r["round"] == 0:
-            texts.setdefault(r["game_id"], {})[r["seat"]] = r["completion"]
-    out = []
-    for r in rows:
-        if r["stage"] == Stage.VOTE and r["round"] == 0 and r["role"] == "civilian":
-            by_seat = texts[r["game_id"]]
-            shown = [by_seat[s] for s in sorted(by_seat)]
-            out.append(spy_share(RULES[rule], shown, [s for s in sorted(by_seat) if s != r["seat"]], r["spy_seat"]))
-    return out
-
-
 def probe(args: argparse.Namespace) -> dict[str, Any]:
     """The untrained model in every seat on ``--probe`` iterations' training games (no update): how often its
     sampled votes and each rule's find the spy among the model's own performances, first round."""
@@ -175,7 +159,7 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
         "chance": 1 / (config.game.n_players - 1),
         "model_sampled": bootstrap([float(r["vote"] == r["spy_seat"]) for r in votes]).to_dict(),
         "model_expected": bootstrap(expected).to_dict(),
-        "rules": {rule: bootstrap(rule_accuracy(rows, rule)).to_dict() for rule in RULES},
+        "rules": {name: bootstrap(played_shares(rows, rule)).to_dict() for name, rule in RULES.items()},
     }
     tokens = [len(r["completion_token_ids"]) for r in rows if r["stage"] == Stage.PERFORM]
     out["mean_performance_tokens"] = sum(tokens) / len(tokens)

@@ -122,29 +122,6 @@ def _selfplay_stages():
     return experiment_module("selfplay_stages")
 
 
-def test_probe_scores_each_rule_on_the_performances_the_voters_saw():
-    def perform(game, seat, text, round_=0):
-        return {"game_id": game, "seat": seat, "stage": "perform", "round": round_, "completion": text}
-
-    def vote(game, seat, spy, role="civilian", round_=0):
-        return {"game_id": game, "seat": seat, "stage": "vote", "round": round_, "role": role, "spy_seat": spy}
-
-    rows = [
-        # game 0: the spy (seat 2) wrote the shortest text; seat 0 and seat 1 are civilians
-        perform(0, 0, "a long text 1 2 3"), perform(0, 1, "a long text 1 2 4"), perform(0, 2, "short"),
-        vote(0, 0, 2), vote(0, 1, 2), vote(0, 2, 2, role="spy"),
-        # game 1: the spy (seat 0) ties on length with seat 2: half a hit for the rule from seat 1
-        perform(1, 0, "same size"), perform(1, 1, "much longer one"), perform(1, 2, "same size"),
-        vote(1, 1, 0), vote(1, 2, 0),
-        perform(1, 0, "a later round is not scored", round_=1), vote(1, 1, 0, round_=1),
-    ]  # fmt: skip
-    module = _selfplay_stages()
-    assert module.rule_accuracy(rows, "shortest") == [1.0, 1.0, 0.5, 1.0]
-    assert module.rule_accuracy(rows, "longest") == [0.0, 0.0, 0.5, 0.0]
-    # seat 1 of game 1 sees "same size" twice: the spy's text is not the odd one there
-    assert module.rule_accuracy(rows, "odd-one-out")[2] == 0.5
-
-
 @pytest.mark.slow
 def test_selfplay_probe_plays_training_games_without_training(tmp_path):
     _smollm2_or_skip()

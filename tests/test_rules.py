@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import agents
-from agents.rules import RULES, SINGLE_TEXT_RULES, RuleAgent, overlap
+from agents.rules import RULES, SINGLE_TEXT_RULES, RuleAgent, overlap, played_shares
 from agents.scripted import MATCHED_CHARS, DisjointHeuristicAgent, HeuristicAgent, MatchedHeuristicAgent, numbers_in
 from spy_env.config import GameConfig
 from spy_env.heldout import bootstrap
@@ -232,3 +232,27 @@ def test_rule_experiment_refuses_bad_arguments_with_exit_2(capsys):
     assert experiment.main(["--base-model", "detect-v1"]) == 2
     assert experiment.main(["--train-games", "0"]) == 2
     assert capsys.readouterr().err.count("error:") == 2
+
+
+def test_rules_are_scored_on_played_games_by_the_performances_each_voter_saw():
+    """agents.rules.played_shares: what the trainer logs as env/rule_*_accuracy and the self-play probe reports."""
+
+    def perform(game, seat, text, round_=0):
+        return {"game_id": game, "seat": seat, "stage": "perform", "round": round_, "completion": text}
+
+    def vote(game, seat, spy, role="civilian", round_=0):
+        return {"game_id": game, "seat": seat, "stage": "vote", "round": round_, "role": role, "spy_seat": spy}
+
+    rows = [
+        # game 0: the spy (seat 2) wrote the shortest text; seat 0 and seat 1 are civilians
+        perform(0, 0, "a long text 1 2 3"), perform(0, 1, "a long text 1 2 4"), perform(0, 2, "short"),
+        vote(0, 0, 2), vote(0, 1, 2), vote(0, 2, 2, role="spy"),
+        # game 1: the spy (seat 0) ties on length with seat 2: half a hit for the rule from seat 1
+        perform(1, 0, "same size"), perform(1, 1, "much longer one"), perform(1, 2, "same size"),
+        vote(1, 1, 0), vote(1, 2, 0),
+        perform(1, 0, "a later round is not scored", round_=1), vote(1, 1, 0, round_=1),
+    ]  # fmt: skip
+    assert played_shares(rows, RULES["shortest"]) == [1.0, 1.0, 0.5, 1.0]
+    assert played_shares(rows, RULES["longest"]) == [0.0, 0.0, 0.5, 0.0]
+    # seat 1 of game 1 sees "same size" twice: the spy's text is not the odd one there
+    assert played_shares(rows, RULES["odd-one-out"])[2] == 0.5

@@ -47,6 +47,14 @@ def test_cpu_smoke_preset_writes_checkpoints_metrics_and_curves(tmp_path):
     assert not list(out.rglob("*.pt")) and not list(out.rglob("*.pkl"))  # no pickle anywhere
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert len(list((out / "buffers").glob("iter_*.parquet"))) == 4
+    from agents.rules import RULES, played_shares
+    from spy_env.buffer import EpisodeBuffer
+
+    for row in rows:  # each rule baseline on the iteration's own games, beside the voters' accuracy
+        buffer = EpisodeBuffer.load(out / "buffers" / f"iter_{row['iteration'] - 1:05d}.parquet").rows
+        for name, rule in RULES.items():
+            want = np.mean(played_shares(buffer, rule))
+            assert row[f"env/rule_{name.replace('-', '_')}_accuracy"] == pytest.approx(want), name
 
 
 def _resume_config(out: Path) -> list[str]:

@@ -56,7 +56,7 @@ from trainers.documents import epoch_documents, training_documents
 from trainers.extras import require_training_extras
 from trainers.logprobs import sequence_logps
 from trainers.loss import LossScale, loss_items
-from trainers.metrics import TrainingProgress, iteration_metrics
+from trainers.metrics import TrainingProgress, iteration_metrics, rule_metrics
 from trainers.models import load_policy_model, prepare_for_training, reference_logps, reference_model
 from trainers.policies import learner_policy, seat_policy
 from trainers.samples import (
@@ -191,7 +191,7 @@ class SpyRLTrainer:
         self.model.eval()
         seats = [seat_policy(self.config.rollout, self.config.run.seed, policy)] * self.config.game.n_players
         buffer, games = evaluate_heldout(seats, self.config.game, self.eval_documents, num_games, seed=seed)
-        out = game_metrics(buffer)
+        out = {**game_metrics(buffer), **rule_metrics(buffer)}
         for metric, interval in summarize(games).items():
             out.update({metric: interval.mean, f"{metric}_low": interval.low, f"{metric}_high": interval.high})
         return out
@@ -320,7 +320,7 @@ class SpyRLTrainer:
         rollout_seconds = time.perf_counter() - start
         if c.run.keep_buffers:
             self.save_buffer(buffer)
-        game = processes.mean_over_processes(self.accelerator, game_metrics(buffer))
+        game = processes.mean_over_processes(self.accelerator, {**game_metrics(buffer), **rule_metrics(buffer)})
         rows, sample_metrics = self.select_samples(buffer, stage)
         start = time.perf_counter()
         update_metrics = self.update(rows, stage) if rows else {"losses/optimizer_steps": 0, "perf/update_tokens": 0}

@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from agents.rules import RULES, played_shares
 from spy_env.stage import Stage
 
-__all__ = ["TrainingProgress", "iteration_metrics", "length_metrics"]
+__all__ = ["TrainingProgress", "iteration_metrics", "length_metrics", "rule_metrics", "strongest_rule"]
 
 
 def iteration_metrics(
@@ -44,6 +45,31 @@ def iteration_metrics(
         "perf/rollout_tokens_per_s": generated / max(seconds["rollout"], 1e-9),
         "perf/update_tokens_per_s": update_tokens / max(seconds["update"], 1e-9),
     }
+
+
+def rule_metrics(buffer: Sequence[dict]) -> dict[str, float]:
+    """Each rule baseline's detection accuracy on the buffer's own games (``rule_<name>_accuracy``, as
+    :func:`agents.rules.played_shares`: the first-round civilian votes, on the performances those voters
+    saw), logged beside ``detection_accuracy`` so that a voter's accuracy is read against what a rule
+    reading only the surface of the same performances scores; NaN without a civilian vote."""
+    out = {}
+    for name, rule in RULES.items():
+        shares = played_shares(buffer, rule)
+        out[f"rule_{name.replace('-', '_')}_accuracy"] = float(np.mean(shares)) if shares else float("nan")
+    return out
+
+
+def strongest_rule(metrics: Mapping[str, Any], prefix: str = "env/") -> float:
+    """The best rule baseline's accuracy among ``metrics``' ``<prefix>rule_*_accuracy`` (NaN if none).
+
+    >>> strongest_rule({"env/rule_shortest_accuracy": 0.25, "env/rule_odd_one_out_accuracy": 0.5})
+    0.5
+    """
+    values = [
+        v for k, v in metrics.items()
+        if k.startswith(f"{prefix}rule_") and k.endswith("_accuracy") and isinstance(v, float) and not np.isnan(v)
+    ]  # fmt: skip
+    return max(values) if values else float("nan")
 
 
 def length_metrics(rows: Sequence[dict]) -> dict[str, float]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
 from spy_env.io import save_figure
 from spy_env.stage import Stage
+from trainers.metrics import strongest_rule
 from trainers.sinks import read_metrics
 
 __all__ = ["plot_run"]
@@ -22,7 +24,9 @@ PANELS = [
 
 
 def plot_run(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
-    """Draw the standard curves of a run; shaded backgrounds mark performing-stage iterations."""
+    """Draw the standard curves of a run; shaded backgrounds mark performing-stage iterations. The detection
+    panel also draws the strongest rule baseline on the same games (dashed: ``env/rule_*_accuracy``, and
+    ``eval/rule_*`` for the held-out games), the line a voter's accuracy is read against."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -43,6 +47,13 @@ def plot_run(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -
             if points:
                 xs, ys = zip(*points, strict=True)
                 ax.plot(xs, ys, marker="o", ms=3, label=key.split("/", 1)[-1])
+        if title == "detection":
+            for prefix, label in (("env/", "strongest rule, same games"), ("eval/", "strongest rule, held-out")):
+                strongest = [(s, strongest_rule(r, prefix)) for s, r in zip(steps, rows, strict=True)]
+                points = [(s, v) for s, v in strongest if not math.isnan(v)]
+                if points:
+                    xs, ys = zip(*points, strict=True)
+                    ax.plot(xs, ys, linestyle="--", color="gray", label=label)
         ax.set_title(title)
         ax.set_xlabel("iteration")
         if ax.lines:
