@@ -25,6 +25,11 @@ violation and forfeit rates, rewards per role and stage) gets a bootstrap 95% in
 game stay together). ``p_best`` is the share of resamples in which an agent has the highest
 rating among the ranked agents.
 
+**Rule baselines.** Each agent's first-round civilian votes are also scored as each rule baseline of
+:mod:`agents.rules` would have cast them, on the performances those votes saw
+(``rule_<name>_accuracy``, with intervals): its detection accuracy is read against the strongest of
+them on the very same votes (the table's last column).
+
 **Flags.** An agent whose forfeit rate (failed calls: a dead server, a crash) exceeds
 ``max_forfeit_rate`` is flagged and not ranked: its rewards would measure its backend, not its play.
 """
@@ -41,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.rules import RULES, spy_share
 from spy_env.buffer import EpisodeBuffer
 from spy_env.config import GameConfig
 from spy_env.heldout import percentile_interval, resample_counts
@@ -72,6 +78,7 @@ RATIOS: dict[str, tuple[str, str]] = {
     "reward/civilian_vote": ("civilian_vote", "civilian_seats"),
     "reward/spy_perform": ("spy_perform", "spy_games"),
     "reward/spy_vote": ("spy_vote", "spy_games"),
+    **{f"rule_{rule}_accuracy": (f"rule_hits_{rule}", "first_civilian_votes") for rule in RULES},
 }
 COUNTS = ("actions", "games_as_spy", "civilian_votes", "seats")
 _SUMS = sorted({key for pair in RATIOS.values() for key in pair} | {"seats"})
@@ -143,7 +150,27 @@ def _game_sums(rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> tuple
             sums["seats"][g, a] += 1
             sums["spy_games" if role == "spy" else "civilian_seats"][g, a] += 1
             sums["spy_caught"][g, a] += role == "spy" and bool(row["spy_caught"])
+    _add_rule_sums(sums, rows, g_index, a_index)
     return sums, n_players
+
+
+def _add_rule_sums(sums: dict[str, np.ndarray], rows: Sequence[Mapping[str, Any]], g_index, a_index) -> None:
+    """Per game and agent, each rule's share on the spy over the agent's first-round civilian votes
+    (``rule_hits_<rule>``, as :func:`agents.rules.spy_share`), and how many votes (``first_civilian_votes``)."""
+    texts: dict[int, dict[int, str]] = {}
+    for row in rows:
+        if row["stage"] == Stage.PERFORM and row["round"] == 0:
+            texts.setdefault(g_index[(row["run_id"], row["game_id"])], {})[row["seat"]] = row["completion"]
+    for row in rows:
+        g = g_index[(row["run_id"], row["game_id"])]
+        if row["stage"] != Stage.VOTE or row["round"] != 0 or row["role"] != "civilian" or g not in texts:
+            continue
+        a, by_seat = a_index[row["agent_name"]], texts[g]
+        shown = [by_seat.get(s, "") for s in range(max(by_seat) + 1)]
+        others = [s for s in sorted(by_seat) if s != row["seat"]]
+        sums["first_civilian_votes"][g, a] += 1
+        for name, rule in RULES.items():
+            sums[f"rule_hits_{name}"][g, a] += spy_share(rule, shown, others, row["spy_seat"])
 
 
 def _ratio(sums: Mapping[str, np.ndarray], key: str, weights: np.ndarray | None = None) -> np.ndarray:
@@ -261,12 +288,20 @@ class TournamentResult:
             return f"{value:{fmt}}"
         return f"{value:{fmt}} [{i['low']:{fmt}}, {i['high']:{fmt}}]"
 
+    def strongest_rule(self, name: str) -> str:
+        """The rule baseline scoring best on ``name``'s own first-round civilian votes (first in
+        :data:`agents.rules.RULES` order on a tie); "" when it cast none."""
+        scores = {r: self.metrics[name].get(f"rule_{r}_accuracy", math.nan) for r in RULES}
+        scores = {r: v for r, v in scores.items() if not math.isnan(v)}
+        return max(scores, key=scores.get) if scores else ""
+
     def table(self) -> str:
-        """A Markdown table, best rating first; flagged agents last, unranked."""
+        """A Markdown table, best rating first; flagged agents last, unranked. The last column is the
+        strongest rule baseline on the agent's own votes, beside its detection accuracy."""
         lines = [
             "| rank | agent | rating [95% CI] | P(best) | detection accuracy | spy caught | N/A rate "
-            "| forfeit rate | reward as civilian | reward as spy | games as spy |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            "| forfeit rate | reward as civilian | reward as spy | games as spy | strongest rule, same votes |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for name in self.order():
             r = self.ratings[name]
@@ -275,9 +310,14 @@ class TournamentResult:
                 f"| {rank} | {name} | {_signed(r)} | {r['p_best']:.2f} | {self._cell(name, 'detection_accuracy')} "
                 f"| {self._cell(name, 'spy_caught_rate')} | {self._cell(name, 'na_rate')} "
                 f"| {self.metrics[name]['forfeit_rate']:.2f} | {self._cell(name, 'reward/civilian', '+.3f')} "
-                f"| {self._cell(name, 'reward/spy', '+.3f')} | {int(self.metrics[name]['games_as_spy'])} |"
+                f"| {self._cell(name, 'reward/spy', '+.3f')} | {int(self.metrics[name]['games_as_spy'])} "
+                f"| {self._rule_cell(name)} |"
             )
         return "\n".join(lines)
+
+    def _rule_cell(self, name: str) -> str:
+        rule = self.strongest_rule(name)
+        return f"`{rule}` {self._cell(name, f'rule_{rule}_accuracy')}" if rule else "–"
 
     def save(self, out_dir: str | os.PathLike) -> dict[str, Path]:
         """Write ``games.parquet``, ``summary.json`` and ``chart.png`` (atomically) to ``out_dir``."""
