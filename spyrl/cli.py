@@ -446,6 +446,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_baselines(args: argparse.Namespace) -> int:
     import agents
+    from agents.rules import RULES, played_shares
     from spy_env.metrics import game_metrics
     from spy_env.runner import Runner
 
@@ -459,15 +460,18 @@ def cmd_baselines(args: argparse.Namespace) -> int:
             policy = agents.load(spec, seed=args.seed)
             buffer = runner.run([policy] * config.n_players, args.games, seed=args.seed)
             m = game_metrics(buffer)
-            results.append((operator, spec, m))
+            rules = {name: played_shares(buffer, rule) for name, rule in RULES.items()}
+            rules = {name: sum(shares) / len(shares) for name, shares in rules.items() if shares}
+            results.append((operator, spec, m, max(rules.items(), key=lambda kv: kv[1]) if rules else None))
     lines = [
-        "| degrade | agent | detection accuracy | spy caught | N/A rate | games |",
-        "|---|---|---|---|---|---|",
+        "| degrade | agent | detection accuracy | spy caught | N/A rate | games | strongest rule, same games |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for operator, spec, m in results:
+    for operator, spec, m, strongest in results:
+        rule = f"`{strongest[0]}` {strongest[1]:.3f}" if strongest else "–"
         lines.append(
             f"| {operator} | {spec} | {m['detection_accuracy']:.3f} | {m['spy_caught_rate']:.3f} "
-            f"| {m['na_rate']:.3f} | {int(m['games'])} |"
+            f"| {m['na_rate']:.3f} | {int(m['games'])} | {rule} |"
         )
     echo("\n".join(lines))
     return 0

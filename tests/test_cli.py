@@ -75,6 +75,10 @@ def test_bad_arguments_give_clear_errors():
 def test_baselines_table():
     out = spyrl("baselines", "--games", "20", "--degrade", "perturb_numbers,blank")
     assert "| perturb_numbers | heuristic |" in out and "| blank | random |" in out
+    # beside each row, the strongest rule baseline on that row's own games: under blank the heuristic spy's
+    # empty-copy performance is the shortest, and shortest finds it every time
+    blank_heuristic = next(line for line in out.splitlines() if line.startswith("| blank | heuristic |"))
+    assert blank_heuristic.endswith("| `shortest` 1.000 |")
 
 
 def test_env_benchmark_runs():
