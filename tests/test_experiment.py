@@ -228,3 +228,34 @@ def test_the_experiment_harness_records_a_runnable_command_and_shares_the_option
     capsys.readouterr()
     assert harness.user_error(ValueError("bad --rows")) == 2
     assert capsys.readouterr().err == "error: bad --rows\n"
+
+
+def test_training_games_of_a_scripted_performer_run_replay_without_the_model(tmp_path):
+    """experiments/training_rules.py plays a run's training games again with a random voter and a tiny
+    model: the documents, setups and first-round performances are those the run trained on (its model
+    voting), so the rules it scores are on the same games."""
+    from spy_env.buffer import EpisodeBuffer
+    from tests.helpers import experiment_module
+    from trainers import SpyRLConfig, SpyRLTrainer
+
+    module = experiment_module("training_rules")
+    overrides = ["performer=heuristic-matched", "documents_per_iteration=2", "iterations=2", "max_completion_tokens=8"]
+    run = SpyRLConfig.preset("cpu-smoke").with_overrides(
+        [*overrides, f"output_dir={tmp_path / 'run'}", "progress=false"]
+    )
+    trainer = SpyRLTrainer(run.with_overrides(["keep_buffers=true", "checkpoint_every=100"]))
+    trainer.train()
+    replayed = module.training_games(module.replay_config("cpu-smoke", overrides, str(tmp_path / "replay")), 2)
+
+    def setups(rows):
+        firsts = [r for r in rows if r["stage"] == "perform" and r["round"] == 0]
+        return sorted((r["game_id"], r["seat"], r["document_id"], r["spy_seat"], r["completion"]) for r in firsts)
+
+    for iteration, rows in enumerate(replayed):
+        trained = EpisodeBuffer.load(tmp_path / "run" / "buffers" / f"iter_{iteration:05d}.parquet").rows
+        assert setups(rows) == setups(trained) and setups(rows)
+        assert all(r["completion_token_ids"] for r in trained if r["stage"] == "vote")  # the model voted there
+        assert not any(r["completion_token_ids"] for r in rows if r["stage"] == "vote")  # and not here
+    table = module.rule_table(replayed)
+    assert set(table["overall"]) == {"shortest", "longest", "fewest-numbers", "first-seat", "odd-one-out"}
+    assert len(table["per_iteration"]) == 2 and table["strongest"] in table["overall"]
