@@ -322,8 +322,15 @@ def test_grpo_trains_from_live_self_play_through_rollout_func(tiny_model_dir, tm
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
 
+    from agents.rules import RULES, spy_share
     from spyrl.integrations._games import replay_rewards
-    from spyrl.integrations.trl import SelfPlayRollout, selfplay_caught, selfplay_dataset, selfplay_reward
+    from spyrl.integrations.trl import (
+        SelfPlayRollout,
+        selfplay_caught,
+        selfplay_dataset,
+        selfplay_reward,
+        selfplay_rule_baselines,
+    )
 
     config = spy_env.GameConfig(n_players=3, max_document_chars=200)
     rollout = SelfPlayRollout(config, perform_tokens=6, vote_tokens=4)
@@ -334,11 +341,12 @@ def test_grpo_trains_from_live_self_play_through_rollout_func(tiny_model_dir, tm
         return outputs[-1]
 
     args = _grpo_args(tmp_path, 6)
-    args.reward_weights = [1.0, 0.0]
+    reward_funcs = [selfplay_reward, selfplay_caught, *selfplay_rule_baselines()]
+    args.reward_weights = [1.0] + [0.0] * (len(reward_funcs) - 1)
     dataset = selfplay_dataset(config, num_games=2, stages=(stage,), seats=[0])
     trainer = GRPOTrainer(
         model=str(tiny_model_dir),
-        reward_funcs=[selfplay_reward, selfplay_caught],
+        reward_funcs=reward_funcs,
         args=args,
         train_dataset=dataset,
         rollout_func=recording,
@@ -367,6 +375,10 @@ def test_grpo_trains_from_live_self_play_through_rollout_func(tiny_model_dir, tm
                 assert caught is None
         if stage == "vote":
             assert history["rewards/caught/mean"] == pytest.approx(sum(out["selfplay_caught"]) / 4)
+            game = out["selfplay_game"][0]  # one game for the group: each rule's share on the same performances
+            for name, rule in RULES.items():
+                want = spy_share(rule, game["performances"], [1, 2], game["spy_seat"])
+                assert history[f"rewards/rule_{name}/mean"] == pytest.approx(want), name
 
 
 def test_selfplay_caught_needs_the_rollout_and_passes_performances_as_none():

@@ -11,8 +11,8 @@
 * :func:`spy_dataset` + :class:`GameReward`: the performing prompt of the spy (``role="spy"``) or of a
   civilian; the reward replays the game with the model's text in that seat against ``detectors``
   (default: heuristic, seeded per game) and returns the seat's performing reward.
-* :func:`selfplay_dataset` + :class:`SelfPlayRollout` + :func:`selfplay_reward` (+ the metric
-  :func:`selfplay_caught`): live self-play, TRL's
+* :func:`selfplay_dataset` + :class:`SelfPlayRollout` + :func:`selfplay_reward` (+ the metrics
+  :func:`selfplay_caught` and :func:`selfplay_rule_baselines`): live self-play, TRL's
   ``rollout_func``: the model being trained plays every seat of real games (see
   :mod:`spyrl.integrations.trl_selfplay`).
 * :class:`SpyEnvironment`: an ``environment_factory`` class for TRL's multi-turn tool path (tools
@@ -43,7 +43,13 @@ from spyrl.integrations._games import (
 if sys.version_info < (3, 11):  # pragma: no cover - TRL >= 1.16 itself needs 3.11
     raise ImportError("spyrl.integrations.trl needs Python >= 3.11 (TRL >= 1.16 does); pip install 'spyrl[trl]'")
 
-from spyrl.integrations.trl_selfplay import SelfPlayRollout, selfplay_caught, selfplay_dataset, selfplay_reward
+from spyrl.integrations.trl_selfplay import (
+    SelfPlayRollout,
+    selfplay_caught,
+    selfplay_dataset,
+    selfplay_reward,
+    selfplay_rule_baselines,
+)
 
 __all__ = [
     "VOTE_PREFILL",
@@ -56,6 +62,7 @@ __all__ = [
     "selfplay_caught",
     "selfplay_dataset",
     "selfplay_reward",
+    "selfplay_rule_baselines",
     "spy_dataset",
 ]
 

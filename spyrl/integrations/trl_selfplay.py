@@ -15,7 +15,9 @@ current model in every seat, sampled live:
 The rewards come from ``spy_env`` (the same replay as :mod:`spyrl.integrations.trl`'s rewards) and
 reach TRL as the extra field ``selfplay_reward``; pass :func:`selfplay_reward` as the reward function.
 :func:`selfplay_caught` reads the field ``selfplay_caught`` (1 where a vote named the spy): pass it with
-reward weight 0 and TRL logs how often the votes caught the spy, apart from their penalties.
+reward weight 0 and TRL logs how often the votes caught the spy, apart from their penalties. Beside it,
+:func:`selfplay_rule_baselines` (weight 0 too) logs each rule baseline of :mod:`agents.rules` on the
+same games: how often a voter that reads only the surface of the performances would have caught it.
 The fields ``selfplay_text`` (the scored text) and ``selfplay_game`` (the game's reset options, the
 seat, stage and every other seat's live text) let anyone replay a reward with ``spy_env``.
 The trained tokens are exactly the sampled ones, after the live prompt the model saw.
@@ -24,17 +26,18 @@ The trained tokens are exactly the sampled ones, after the live prompt the model
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from agents.rules import RULES, Rule, spy_share
 from spy_env.config import GameConfig
 from spy_env.env import parallel_env
 from spy_env.policy import chat_messages
 from spy_env.stage import Stage
 from spyrl.integrations._games import replay_rewards
 
-__all__ = ["SelfPlayRollout", "selfplay_caught", "selfplay_dataset", "selfplay_reward"]
+__all__ = ["SelfPlayRollout", "selfplay_caught", "selfplay_dataset", "selfplay_reward", "selfplay_rule_baselines"]
 
 _ROW = re.compile(r"^spyrl self-play: game (\d+), player (\d+), (perform|vote)$")
 VOTE_PREFILL = "<vote>"
@@ -109,6 +112,33 @@ def selfplay_caught(prompts: Sequence[Any], completions: Sequence[Any], **column
 
 
 selfplay_caught.__name__ = "caught"
+
+
+def selfplay_rule_baselines() -> list[Callable[..., list[float | None]]]:
+    """One metric per rule baseline (``rule_<name>``, for ``reward_weights`` 0): for a vote row, the share
+    of the rule's picks among the voter's fellow seats that is the spy, on the game's live performances
+    (the same for the whole group: the rule reads the performances, not the group's votes); ``None`` for
+    performance rows. TRL logs each as ``rewards/rule_<name>/mean`` beside ``rewards/caught/mean``."""
+    return [_rule_metric(name, rule) for name, rule in RULES.items()]
+
+
+def _rule_metric(name: str, rule: Rule) -> Callable[..., list[float | None]]:
+    def metric(prompts: Sequence[Any], completions: Sequence[Any], **columns: Any) -> list[float | None]:
+        games = columns.get("selfplay_game")
+        if games is None:
+            raise ValueError(f"rule_{name} needs GRPOTrainer(rollout_func=SelfPlayRollout(...))")
+        out: list[float | None] = []
+        for game in games:
+            if game["stage"] != "vote":
+                out.append(None)
+                continue
+            shown = list(game["performances"])
+            others = [s for s in range(len(shown)) if s != game["seat"]]
+            out.append(spy_share(rule, shown, others, game["spy_seat"]))
+        return out
+
+    metric.__name__ = f"rule_{name}"
+    return metric
 
 
 class SelfPlayRollout:
