@@ -43,9 +43,9 @@ def replay_config(preset: str, overrides: list[str], runs: str) -> SpyRLConfig:
     return replace(config, run=replace(config.run, output_dir=runs, progress=False, keep_buffers=False, eval_games=0))
 
 
-def training_games(config: SpyRLConfig, iterations: int) -> list[list[dict]]:
-    """The rows of each iteration's training games, as the run played them (votes aside)."""
-    trainer = SpyRLTrainer(config)
+def training_games(trainer: SpyRLTrainer, iterations: int) -> list[list[dict]]:
+    """The rows of each iteration's training games, as the run played them (votes aside), played by a
+    trainer built from :func:`replay_config`."""
     played = []
     for iteration in range(iterations):
         trainer.iteration = iteration
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         refuse_existing_outputs([args.out], overwrite=args.overwrite)
         with tempfile.TemporaryDirectory() as runs:  # nothing trains, nothing of the run is kept
             config = replay_config(args.preset, args.set, runs)
-            table = rule_table(training_games(config, args.iterations))
+            table = rule_table(training_games(SpyRLTrainer(config), args.iterations))
     except ValueError as e:
         return user_error(e)
     result = {"command": command_of(__file__, argv), "iterations": args.iterations, **table}

@@ -107,7 +107,9 @@ def run_row(
         start = time.perf_counter()
     if args.init_model or trainer is None:  # training starts from --init-model; gains stay against the base
         del trainer
-        trainer = SpyRLTrainer(config.with_overrides([f"model.name_or_path={args.init_model}"] if args.init_model else []))
+        trainer = SpyRLTrainer(
+            config.with_overrides([f"model.name_or_path={args.init_model}"] if args.init_model else [])
+        )
     evaluations = [{"iteration": 0, "votes": 0, **summary(base["games"])}]
     history, votes, final = [], 0, base["games"]
     for _ in range(config.run.iterations):

@@ -245,7 +245,9 @@ def test_training_games_of_a_scripted_performer_run_replay_without_the_model(tmp
     )
     trainer = SpyRLTrainer(run.with_overrides(["keep_buffers=true", "checkpoint_every=100"]))
     trainer.train()
-    replayed = module.training_games(module.replay_config("cpu-smoke", overrides, str(tmp_path / "replay")), 2)
+    replayed = module.training_games(
+        SpyRLTrainer(module.replay_config("cpu-smoke", overrides, str(tmp_path / "replay"))), 2
+    )
 
     def setups(rows):
         firsts = [r for r in rows if r["stage"] == "perform" and r["round"] == 0]

@@ -129,7 +129,7 @@ def _rule_metric(name: str, rule: Rule) -> Callable[..., list[float | None]]:
             raise ValueError(f"rule_{name} needs GRPOTrainer(rollout_func=SelfPlayRollout(...))")
         out: list[float | None] = []
         for game in games:
-            if game["stage"] != "vote":
+            if Stage.of(game["stage"]) is not Stage.VOTE:
                 out.append(None)
                 continue
             shown = list(game["performances"])
