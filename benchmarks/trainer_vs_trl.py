@@ -121,7 +121,7 @@ def main() -> None:
 
     from agents.tiny import build_tiny_model
 
-    work = Path(tempfile.mkdtemp(prefix="spyrl-bench-"))
+    work = Path(tempfile.mkdtemp(prefix="spyrl-timing-"))
     model_path = str(build_tiny_model(work / "tiny", hidden_size=128, num_layers=4, num_heads=4))
     trl_rates, ours_rates = [], []
     for rep in range(args.reps):

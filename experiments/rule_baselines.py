@@ -20,7 +20,7 @@ civilian votes on the spy) with its 95% bootstrap interval over games:
 - ``blank-600-heldout``: the same games with the spy's copy blank (self-play attempt 3's held-out games);
 - ``tuning-validation``: the 16 validation games of ``experiments/smollm2_tune.py`` (the first 12
   training documents, seed 777), checked against ``docs/experiment/tuning/base-validation-games.json``;
-- ``detect-v1`` and ``detect-v1-first48``: the leaderboard's detection set (``spyrl bench detect``);
+- ``detect-v1`` and ``detect-v1-first48``: the leaderboard's detection set (``spyrl leaderboard detect``);
 - ``baselines-<degrade>``: 500 five-player games per degradation operator, heuristic performers
   (the games of ``spyrl baselines``);
 - ``eased-train``: 400 games of the eased game on the training documents (what training plays);
@@ -65,7 +65,7 @@ from spy_env.config import GameConfig
 from spy_env.heldout import bootstrap, evaluate_heldout
 from spy_env.io import write_text
 from spy_env.stage import Stage
-from spyrl.evaluation.bench import run_bench
+from spyrl.evaluation.leaderboard import run_leaderboard
 from trainers import SpyRLConfig
 from trainers.documents import training_documents
 from trainers.policies import StagePolicy
@@ -221,10 +221,10 @@ def strongest(voters: dict[str, Any]) -> str:
 
 def run_detect_v1() -> dict[str, Any]:
     """Every voter on detect-v1 (100 games) and its first 48 games (what SmolLM2 was scored on)."""
-    out: dict[str, Any] = {"used_by": "docs/RESULTS.md 'Leaderboard' (spyrl bench detect)", "chance": 0.25}
+    out: dict[str, Any] = {"used_by": "docs/RESULTS.md 'Leaderboard' (spyrl leaderboard detect)", "chance": 0.25}
     full, first48 = {}, {}
     for voter in VOTERS:
-        items = run_bench("detect", agents.load(voter, seed=0), model=voter)["results"]["detect-v1"]["items"]
+        items = run_leaderboard("detect", agents.load(voter, seed=0), model=voter)["results"]["detect-v1"]["items"]
         full[voter] = _voter_entry(items, 0.25)
         first48[voter] = _voter_entry(items[:48], 0.25)
     return {

@@ -16,13 +16,13 @@ training games for the same number of iterations:
 
 Evaluation, the base model once and every row's final model, each paired with the base on the same games:
 
-- **as the spy**: the first ``--spy-games`` games of the spy-v1 benchmark set (full documents; greedy
+- **as the spy**: the first ``--spy-games`` games of the spy-v1 leaderboard set (full documents; greedy
   performance): survival against its fixed heuristic detectors, and the share of votes a fixed panel of
   the *base* model's votes (greedy, constrained, one forward pass each) puts on the spy, as the
   expected share (its probability on the spy) and the greedy share;
 - **as a civilian**: detection (expected and greedy accuracy of constrained votes) on ``--detect-games``
   held-out games of the training game with heuristic performers, as in ``vote_gradients.py``, and on the
-  first ``--leaderboard-games`` games of the detect-v1 benchmark set (its leaderboard row, paired too).
+  first ``--leaderboard-games`` games of the detect-v1 leaderboard set (its leaderboard row, paired too).
 
 Training metrics per iteration (stage, rewards and advantages per role, RAE baselines, the controller's
 EMAs, seconds) are kept for the diagnosis. Writes ``selfplay_stages.json`` and ``selfplay_stages.png``
@@ -53,7 +53,7 @@ from spy_env.extras import require
 from spy_env.heldout import bootstrap, evaluate_heldout, paired_difference, summarize
 from spy_env.io import refuse_existing_outputs, save_figure, write_text
 from spy_env.stage import Stage
-from spyrl.evaluation.bench import run_bench
+from spyrl.evaluation.leaderboard import run_leaderboard
 from trainers import SpyRLConfig, SpyRLTrainer
 from trainers.extras import PLOTS
 from trainers.policies import learner_policy, seat_policy
@@ -111,13 +111,13 @@ def evaluate(trainer: SpyRLTrainer, panel: Any, args: argparse.Namespace) -> dic
     greedy = learner_policy(
         trainer.config.decoding, trainer.config.rollout, trainer.unwrapped, trainer.tokenizer, greedy=True
     )
-    spy = run_bench("spy", greedy, limit=args.spy_games)["results"]["spy-v1"]["items"]
+    spy = run_leaderboard("spy", greedy, limit=args.spy_games)["results"]["spy-v1"]["items"]
     replay = Replay([item["completion"] for item in spy])
-    panel_items = run_bench("spy", replay, limit=args.spy_games, detector=panel)["results"]["spy-v1"]["items"]
+    panel_items = run_leaderboard("spy", replay, limit=args.spy_games, detector=panel)["results"]["spy-v1"]["items"]
     config = trainer.config.with_overrides(["performer=heuristic", "voter=self"])
     seats = [seat_policy(config.rollout, config.run.seed, greedy)] * trainer.config.game.n_players
     detect = evaluate_heldout(seats, trainer.config.game, trainer.eval_documents, args.detect_games, seed=args.seed)
-    detect_v1 = run_bench("detect", greedy, limit=args.leaderboard_games)["results"]["detect-v1"]["items"]
+    detect_v1 = run_leaderboard("detect", greedy, limit=args.leaderboard_games)["results"]["detect-v1"]["items"]
     return {"spy": spy, "panel": panel_items, "detect": detect[1], "detect_v1": detect_v1}
 
 

@@ -20,7 +20,7 @@ expected accuracy (the probability the vote names the spy) and greedy detection 
 bootstrap intervals over games, and the paired bootstrap interval of trained − base. The
 final model of every row also plays ``--default-games`` games of the default setting (5
 players, ``mask_spans``, full documents), paired with the base model; the ``expected`` row's can be
-saved (``--save-model``) for ``spyrl bench`` and ``spyrl tournament``. ``--init-model`` continues training
+saved (``--save-model``) for ``spyrl leaderboard`` and ``spyrl tournament``. ``--init-model`` continues training
 from such a folder while the base evaluation stays the preset's model, so a continued run's gains
 are still paired with the untrained model on the same games.
 

@@ -1,4 +1,4 @@
-"""The ``spyrl`` command line: play, rollout, replay, view, tournament, bench, baselines, train, plot, eval."""
+"""The ``spyrl`` command line: play, rollout, replay, view, tournament, leaderboard, baselines, train, plot, eval."""
 
 from __future__ import annotations
 
@@ -318,7 +318,7 @@ def _report_forfeits(rows: Sequence[dict[str, Any]], args: argparse.Namespace) -
 
 
 def _result_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per model call of a results file (``eval``, ``bench``), for :func:`_report_forfeits`."""
+    """One row per model call of a results file (``eval``, ``leaderboard``), for :func:`_report_forfeits`."""
     return [
         {"agent_name": results["model"], "error": error}
         for result in results["results"].values()
@@ -501,8 +501,8 @@ def cmd_tournament(args: argparse.Namespace) -> int:
     return _report_forfeits(result.buffer.rows, args)
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from spyrl.evaluation.bench import bench_table, run_bench, set_path, write_set
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from spyrl.evaluation.leaderboard import leaderboard_table, run_leaderboard, set_path, write_set
 
     if args.set == "build":
         for kind in ("detect", "spy"):
@@ -511,11 +511,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
             )
         return 0
     if args.compare:
-        echo(bench_table([_read_results(path) for path in args.compare]))
+        echo(leaderboard_table([_read_results(path) for path in args.compare]))
         return 0
     if not args.model:
-        raise ValueError(f"spyrl bench {args.set} needs --model SPEC")
-    out = args.out or f"runs/bench/{args.set}-{args.model.replace('/', '_').replace(':', '_')}.json"
+        raise ValueError(f"spyrl leaderboard {args.set} needs --model SPEC")
+    out = args.out or f"runs/leaderboard/{args.set}-{args.model.replace('/', '_').replace(':', '_')}.json"
     check_output(out, overwrite=args.overwrite, suffixes=(".json",))
     policy = _load_agent(args.model, args)
     decoding = {
@@ -525,12 +525,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         **dataclasses.asdict(_decoding_options(args)),
         "seed": args.seed,
     }
-    with console.status(f"spyrl bench {args.set}: {args.model}"):
-        results = run_bench(args.set, policy, model=args.model, limit=args.limit, decoding=decoding, seed=args.seed)
+    with console.status(f"spyrl leaderboard {args.set}: {args.model}"):
+        results = run_leaderboard(
+            args.set, policy, model=args.model, limit=args.limit, decoding=decoding, seed=args.seed
+        )
     from spyrl.evaluation import save_results
 
     path = save_results(results, out)
-    echo(bench_table([results]))
+    echo(leaderboard_table([results]))
     console.print(f"results written to {markup_safe(path)}")
     return _report_forfeits(_result_rows(results), args)
 
@@ -879,21 +881,22 @@ def _add_tournament_command(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_tournament)
 
 
-def _add_bench_command(sub: argparse._SubParsersAction) -> None:
+def _add_leaderboard_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "bench", help="fixed held-out benchmark sets: detect (vote as a civilian) or spy (survive as the spy)"
+        "leaderboard",
+        help="the fixed held-out leaderboard sets: detect (vote as a civilian) or spy (survive as the spy)",
     )
     p.add_argument("set", choices=("detect", "spy", "build"), help="the set to run, or 'build' to rebuild both files")
     p.add_argument("--model", default=None, help=f"agent spec: {spec_forms()}")
     p.add_argument("--limit", type=int, default=None, help="only the first N games of the set")
-    p.add_argument("--out", default=None, help="results JSON (default runs/bench/SET-MODEL.json)")
+    p.add_argument("--out", default=None, help="results JSON (default runs/leaderboard/SET-MODEL.json)")
     p.add_argument("--out-dir", default=None, help="build: write the sets here instead of the package data")
     p.add_argument("--compare", nargs="+", default=None, metavar="RESULTS", help="tabulate saved results instead")
     p.add_argument("--seed", type=int, default=0, help="seed of the model's sampling")
     _add_overwrite(p)
     _add_allow_forfeits(p)
     _add_sampling_args(p)
-    p.set_defaults(func=cmd_bench)
+    p.set_defaults(func=cmd_leaderboard)
 
 
 def _add_baselines_command(sub: argparse._SubParsersAction) -> None:
@@ -921,7 +924,7 @@ COMMANDS = (
     _add_plot_command,
     _add_eval_command,
     _add_tournament_command,
-    _add_bench_command,
+    _add_leaderboard_command,
     _add_baselines_command,
     _add_serve_command,
 )  # in the order `spyrl --help` lists them

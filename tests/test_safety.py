@@ -289,7 +289,7 @@ def test_every_default_ignorable_or_format_character_is_invisible_to_the_tag_che
             assert body.count("&lt;") == 1, (hex(ord(char)), cut)
 
 
-# --------------------------------------------------- every column of replay and bench (pass 3)
+# --------------------------------------------------- every column of replay and leaderboard (pass 3)
 def test_replay_shows_role_and_violations_literally(tmp_path, capsys):
     """Pass 3, item 2: a role ``[/green]`` was a MarkupError; role and violations printed escapes raw."""
     path = _buffer(tmp_path, role=f"[/green]{ESCAPES}x", violations=[f"v[/red]{ESCAPES}1"])
@@ -299,17 +299,17 @@ def test_replay_shows_role_and_violations_literally(tmp_path, capsys):
     assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out
 
 
-def test_bench_compare_shows_model_names_without_escapes(tmp_path, capsys):
-    """Pass 3, item 2: ``bench detect --compare`` printed model names raw; a non-results file was a traceback."""
+def test_leaderboard_compare_shows_model_names_without_escapes(tmp_path, capsys):
+    """Pass 3, item 2: ``leaderboard detect --compare`` printed model names raw; a non-results file was a traceback."""
     result = {"model": f"m[/red]{ESCAPES}", "results": {"detect-v1": {
         "accuracy": 0.5, "n": 2, "k": 1, "interval": {"mean": 0.5, "low": 0.0, "high": 1.0, "n": 2}}}}  # fmt: skip
     path = tmp_path / "r.json"
     path.write_text(json.dumps(result))
-    assert main(["bench", "detect", "--compare", str(path)]) == 0
+    assert main(["leaderboard", "detect", "--compare", str(path)]) == 0
     out = capsys.readouterr().out
     assert "m[/red]" in out and "\x1b" not in out and "\x07" not in out
     path.write_text(json.dumps({"not": "results"}))
-    assert main(["bench", "detect", "--compare", str(path)]) == 2
+    assert main(["leaderboard", "detect", "--compare", str(path)]) == 2
     assert "error:" in capsys.readouterr().err
 
 
@@ -376,9 +376,9 @@ def test_a_bad_token_id_from_a_server_forfeits_that_action_only(tmp_path, bad, c
     assert all(r["completion_token_ids"] == [5, 6] for r in rows if not r["error"])
 
 
-# ------------------------------------------------------- eval and bench against a dead server (pass 3)
-@pytest.mark.parametrize("command", ["eval", "bench"])
-def test_eval_and_bench_against_a_dead_server_warn_exit_3_and_count_forfeits(tmp_path, command, capsys):
+# ------------------------------------------------------- eval and leaderboard against a dead server (pass 3)
+@pytest.mark.parametrize("command", ["eval", "leaderboard"])
+def test_eval_and_leaderboard_against_a_dead_server_warn_exit_3_and_count_forfeits(tmp_path, command, capsys):
     """Pass 3, item 8: accuracy 0.0 with exit 0, no warning and no forfeits in the JSON."""
     pytest.importorskip("httpx")
     dead = f"openai:m@{_dead_url()}"
@@ -388,7 +388,7 @@ def test_eval_and_bench_against_a_dead_server_warn_exit_3_and_count_forfeits(tmp
         data.write_text(json.dumps({"question": "1+1?", "answer": "2"}) + "\n")
         argv = ["eval", "--model", dead, "--data", f"gsm8k={data}", "--limit", "1", "--k", "1", "--out", str(out)]
     else:
-        argv = ["bench", "detect", "--model", dead, "--limit", "2", "--out", str(out)]
+        argv = ["leaderboard", "detect", "--model", dead, "--limit", "2", "--out", str(out)]
     assert main(argv) == 3
     err = capsys.readouterr().err
     assert "forfeited every action" in err and "Connect" in err
@@ -423,14 +423,14 @@ def test_view_never_writes_over_its_input_or_an_existing_file(tmp_path, capsys):
     assert "exists" in capsys.readouterr().err and (tmp_path / "page.html").read_text() == "mine"
 
 
-def test_bench_refuses_an_existing_out_before_the_run(tmp_path, capsys, monkeypatch):
-    """Pass 3, item 5: ``bench --out`` overwrote any file, and checked only after the run."""
-    import spyrl.evaluation.bench as bench
+def test_leaderboard_refuses_an_existing_out_before_the_run(tmp_path, capsys, monkeypatch):
+    """Pass 3, item 5: ``leaderboard --out`` overwrote any file, and checked only after the run."""
+    import spyrl.evaluation.leaderboard as leaderboard
 
-    monkeypatch.setattr(bench, "run_bench", lambda *a, **k: pytest.fail("the run started"))
+    monkeypatch.setattr(leaderboard, "run_leaderboard", lambda *a, **k: pytest.fail("the run started"))
     out = tmp_path / "r.json"
     out.write_text("mine")
-    assert main(["bench", "detect", "--model", "heuristic", "--out", str(out)]) == 2
+    assert main(["leaderboard", "detect", "--model", "heuristic", "--out", str(out)]) == 2
     assert out.read_text() == "mine" and "--overwrite" in capsys.readouterr().err
 
 
@@ -548,10 +548,10 @@ def _deep(depth: int = 50_000) -> str:
 @pytest.mark.parametrize(
     "case",
     ["summary-config-string", "summary-deep", "metrics-deep", "plot-deep", "tokenizer-passwd", "eval-columns",
-     "bench-markup-out"],
+     "leaderboard-markup-out"],
 )  # fmt: skip
 def test_more_mistakes_are_one_line_errors(tmp_path, case, capsys, monkeypatch):
-    """Pass 3, Tracebacks: each of these was a traceback (or, for bench --out, a MarkupError)."""
+    """Pass 3, Tracebacks: each of these was a traceback (or, for leaderboard --out, a MarkupError)."""
     monkeypatch.chdir(tmp_path)
     folder = tmp_path / "t"
     folder.mkdir()
@@ -571,7 +571,7 @@ def test_more_mistakes_are_one_line_errors(tmp_path, case, capsys, monkeypatch):
         (tmp_path / "q.jsonl").write_text(json.dumps({"foo": 1}) + "\n")
         argv = ["eval", "--model", "heuristic", "--data", "gsm8k=q.jsonl", "--out", "e.json"]
     else:
-        argv = ["bench", "detect", "--model", "heuristic", "--limit", "1", "--out", "r[/]x.json"]
+        argv = ["leaderboard", "detect", "--model", "heuristic", "--limit", "1", "--out", "r[/]x.json"]
         expected = 0
     assert main(argv) == expected
     captured = capsys.readouterr()

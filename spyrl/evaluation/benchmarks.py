@@ -141,25 +141,25 @@ def load_items(
     """The first ``limit`` items of a benchmark (``path`` overrides the hub id, e.g. a local folder)."""
     if name not in BENCHMARKS:
         raise ValueError(f"unknown benchmark {name!r}; known: {sorted(BENCHMARKS)}")
-    bench = BENCHMARKS[name]
+    benchmark = BENCHMARKS[name]
     from datasets import load_dataset
 
-    source = path or bench.path
-    config = bench.config
+    source = path or benchmark.path
+    config = benchmark.config
     if path and (path.endswith((".jsonl", ".json", ".parquet"))):
         kind = "parquet" if path.endswith(".parquet") else "json"
         if kind == "json":  # before pyarrow's JSON reader, which recurses in C (a segfault at 10,000 levels)
             check_json_depth(Path(path).read_bytes(), f"benchmark file {path!r}")
         dataset = load_dataset(kind, data_files=path, split="train", **load_kwargs)
     else:
-        dataset = load_dataset(source, config, split=bench.split, **load_kwargs)
+        dataset = load_dataset(source, config, split=benchmark.split, **load_kwargs)
     rng = np.random.default_rng(seed)
     items = []
     for index, row in enumerate(dataset):
         if limit is not None and index >= limit:
             break
         try:
-            items.append(bench.build(row, index, rng))
+            items.append(benchmark.build(row, index, rng))
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(
                 f"benchmark {name} at {source!r}: row {index + 1} lacks what {name} needs ({type(e).__name__}: {e}); "

@@ -69,11 +69,11 @@ def evaluate(
     }
     try:
         for name in benchmarks:
-            bench = BENCHMARKS.get(name)
-            if bench is None:
+            benchmark = BENCHMARKS.get(name)
+            if benchmark is None:
                 raise ValueError(f"unknown benchmark {name!r}; known: {sorted(BENCHMARKS)}")
             items = load_items(name, path=paths.get(name), limit=limit, seed=seed)
-            samples = k or bench.default_k
+            samples = k or benchmark.default_k
             requests = [(i, item) for i, item in enumerate(items) for _ in range(samples)]
             completions: list[Action] = []
             for start in range(0, len(requests), batch_size):

@@ -1,4 +1,4 @@
-"""The fixed benchmark sets: reproducible files, held out of every training preset, real prompts, scores."""
+"""The fixed leaderboard sets: reproducible files, held out of every training preset, real prompts, scores."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pytest
 import agents
 from spy_env.corpus import CorpusFilter, is_heldout, load_corpus, split_documents
 from spy_env.heldout import bootstrap
-from spyrl.evaluation import bench as bench_module
+from spyrl.evaluation import leaderboard as leaderboard_module
 from spyrl.evaluation import results_table
-from spyrl.evaluation.bench import KINDS, build_set, load_set, run_bench, set_path
+from spyrl.evaluation.leaderboard import KINDS, build_set, load_set, run_leaderboard, set_path
 from trainers import PRESETS, SpyRLConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,8 +57,8 @@ def _train_ids(config: SpyRLConfig) -> set[str]:
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 @pytest.mark.parametrize("kind", KINDS)
 def test_benchmark_documents_are_held_out_of_every_preset(kind, preset, tmp_path):
-    bench, documents = load_set(kind)
-    ids = {g.document_id for g in bench.games}
+    board, documents = load_set(kind)
+    ids = {g.document_id for g in board.games}
     assert ids == {d.id for d in documents} and len(ids) >= 10
     config = SpyRLConfig.preset(preset, output_dir=str(tmp_path))
     # corpus-independent: the split is a hash of the id, so no corpus could put them in training
@@ -72,32 +72,32 @@ def test_benchmark_documents_are_held_out_of_every_preset(kind, preset, tmp_path
 
 def test_detect_shows_the_model_the_envs_vote_prompt_from_a_civilian_seat():
     recorder = Recorder()
-    results = run_bench("detect", recorder, limit=12)
-    bench, documents = load_set("detect")
+    results = run_leaderboard("detect", recorder, limit=12)
+    board, documents = load_set("detect")
     texts = {d.id: d.text for d in documents}
     assert len(recorder.seen) == 12
-    for obs, game in zip(recorder.seen, bench.games, strict=False):
+    for obs, game in zip(recorder.seen, board.games, strict=False):
         assert obs["stage"] == 1 and obs["seat"] == game.seat != game.spy_seat
         assert obs["copy"] == texts[game.document_id]  # a civilian reads the source
         assert tuple(obs["performances"]) == tuple(p.strip() for p in game.performances)
         assert f"Player {game.seat + 1}" in obs["prompt"] and game.performances[game.spy_seat].strip() in obs["prompt"]
     items = results["results"]["detect-v1"]["items"]
-    assert [i["game_seed"] for i in items] == [g.game_seed for g in bench.games[:12]]
+    assert [i["game_seed"] for i in items] == [g.game_seed for g in board.games[:12]]
 
 
 def test_spy_gives_the_model_the_spy_seat_and_its_degraded_copy():
     recorder = Recorder()
-    run_bench("spy", recorder, limit=12)
-    bench, documents = load_set("spy")
+    run_leaderboard("spy", recorder, limit=12)
+    board, documents = load_set("spy")
     texts = {d.id: d.text for d in documents}
-    assert [obs["seat"] for obs in recorder.seen] == [g.spy_seat for g in bench.games[:12]]
+    assert [obs["seat"] for obs in recorder.seen] == [g.spy_seat for g in board.games[:12]]
     assert all(obs["stage"] == 0 for obs in recorder.seen)
-    assert all(obs["copy"] != texts[g.document_id] for obs, g in zip(recorder.seen, bench.games, strict=False))
+    assert all(obs["copy"] != texts[g.document_id] for obs, g in zip(recorder.seen, board.games, strict=False))
 
 
 def test_scores_of_the_scripted_agents_with_intervals_in_eval_format():
-    heuristic = run_bench("detect", agents.load("heuristic"), model="heuristic")
-    random = run_bench("detect", agents.load("random"), model="random")
+    heuristic = run_leaderboard("detect", agents.load("heuristic"), model="heuristic")
+    random = run_leaderboard("detect", agents.load("random"), model="random")
     h, r = heuristic["results"]["detect-v1"], random["results"]["detect-v1"]
     assert set(heuristic) >= {"model", "decoding", "protocol", "seed", "limit", "results"}
     assert h["n"] == 100 and h["k"] == 1 and len(h["items"]) == 100
@@ -105,14 +105,14 @@ def test_scores_of_the_scripted_agents_with_intervals_in_eval_format():
     assert h["interval"]["low"] > r["interval"]["high"]  # the heuristic reads the games; random is chance
     assert abs(r["accuracy"] - 0.25) < 0.12 and math.isnan(h["metrics"]["expected_accuracy"]["mean"])
     assert "| heuristic |" in results_table([heuristic, random])  # `spyrl eval --compare` reads it
-    spy_h = run_bench("spy", agents.load("heuristic"))["results"]["spy-v1"]
-    spy_r = run_bench("spy", agents.load("random"))["results"]["spy-v1"]
+    spy_h = run_leaderboard("spy", agents.load("heuristic"))["results"]["spy-v1"]
+    spy_r = run_leaderboard("spy", agents.load("random"))["results"]["spy-v1"]
     assert spy_h["accuracy"] > spy_r["accuracy"] and spy_r["metrics"]["votes_against_share"]["mean"] > 0.5
 
 
 def test_a_limit_is_a_prefix_of_the_full_run():
-    full = run_bench("spy", agents.load("heuristic"))["results"]["spy-v1"]["items"]
-    short = run_bench("spy", agents.load("heuristic"), limit=20)["results"]["spy-v1"]["items"]
+    full = run_leaderboard("spy", agents.load("heuristic"))["results"]["spy-v1"]["items"]
+    short = run_leaderboard("spy", agents.load("heuristic"), limit=20)["results"]["spy-v1"]["items"]
     assert short == full[:20]
 
 
@@ -126,23 +126,25 @@ def test_a_changed_document_or_operator_is_an_error(tmp_path, monkeypatch):
     raw["games"][0]["spy_copy_sha256"] = "0" * 64
     (tmp_path / "b.json").write_text(json.dumps(raw))
     # stands in for a released set whose operator changed since (the file itself is released)
-    monkeypatch.setitem(bench_module.RELEASED_SHA256, "detect-v1", hashlib.sha256(json.dumps(raw).encode()).hexdigest())
+    monkeypatch.setitem(
+        leaderboard_module.RELEASED_SHA256, "detect-v1", hashlib.sha256(json.dumps(raw).encode()).hexdigest()
+    )
     with pytest.raises(ValueError, match="degradation operator changed"):
-        run_bench("detect", agents.load("random"), path=tmp_path / "b.json", limit=1)
+        run_leaderboard("detect", agents.load("random"), path=tmp_path / "b.json", limit=1)
 
 
-def test_bench_command(tmp_path):
+def test_leaderboard_command(tmp_path):
     def spyrl(*args):
         proc = subprocess.run([sys.executable, "-m", "spyrl", *args], capture_output=True, text=True, cwd=ROOT)
         assert proc.returncode == 0, proc.stderr + proc.stdout
         return proc.stdout
 
-    out = spyrl("bench", "spy", "--model", "heuristic", "--limit", "10", "--out", str(tmp_path / "h.json"))
+    out = spyrl("leaderboard", "spy", "--model", "heuristic", "--limit", "10", "--out", str(tmp_path / "h.json"))
     assert "| heuristic | spy-v1 | survival_rate |" in out
     results = json.loads((tmp_path / "h.json").read_text())
     assert results["limit"] == 10 and results["results"]["spy-v1"]["n"] == 10
-    assert "| heuristic | spy-v1 |" in spyrl("bench", "spy", "--compare", str(tmp_path / "h.json"))
-    spyrl("bench", "build", "--out-dir", str(tmp_path / "sets"))
+    assert "| heuristic | spy-v1 |" in spyrl("leaderboard", "spy", "--compare", str(tmp_path / "h.json"))
+    spyrl("leaderboard", "build", "--out-dir", str(tmp_path / "sets"))
     for kind in KINDS:
         assert (tmp_path / "sets" / f"{kind}-v1.json").read_text() == set_path(kind).read_text()
 
@@ -157,7 +159,7 @@ def test_an_hf_model_gets_expected_accuracy_from_its_vote_distribution(tiny_mode
         decoding=DecodingOptions("constrained"),
         sampling=agents.SamplingParams(max_new_tokens=8, seed=0),
     )
-    result = run_bench("detect", policy, model="tiny", limit=3)["results"]["detect-v1"]
+    result = run_leaderboard("detect", policy, model="tiny", limit=3)["results"]["detect-v1"]
     assert result["n"] == 3 and result["forfeits"] == 0
     for item in result["items"]:
         assert 0.0 <= item["expected_accuracy"] <= 1.0 and item["valid_vote_rate"] == 1.0
@@ -167,7 +169,7 @@ def test_a_set_whose_performances_were_rewritten_is_refused(tmp_path, capsys):
     """Pass 3, item 10: rewritten stored performances were accepted as detect-v1 (score 0.65 -> 0.90)."""
     for kind in KINDS:  # the released hashes are the shipped files'
         digest = hashlib.sha256(set_path(kind).read_bytes()).hexdigest()
-        assert bench_module.RELEASED_SHA256[f"{kind}-v1"] == digest
+        assert leaderboard_module.RELEASED_SHA256[f"{kind}-v1"] == digest
     raw = json.loads(set_path("detect").read_text(encoding="utf-8"))
     raw["games"][0]["performances"] = ["the spy is Player 1"] * len(raw["games"][0]["performances"])
     forged = tmp_path / "detect-v1.json"
@@ -176,13 +178,13 @@ def test_a_set_whose_performances_were_rewritten_is_refused(tmp_path, capsys):
         load_set("detect", forged)
 
 
-def test_bench_compare_pairs_each_file_with_the_first_on_the_same_games():
-    from spyrl.evaluation.bench import bench_table
+def test_leaderboard_compare_pairs_each_file_with_the_first_on_the_same_games():
+    from spyrl.evaluation.leaderboard import leaderboard_table
 
-    base = run_bench("detect", agents.load("first-seat"), limit=24, model="first-seat")
-    heuristic = run_bench("detect", agents.load("heuristic"), limit=24, model="heuristic")
-    other = run_bench("detect", agents.load("heuristic"), limit=12, model="heuristic-12")  # not the same games
-    lines = bench_table([base, heuristic, other]).splitlines()[2:]
+    base = run_leaderboard("detect", agents.load("first-seat"), limit=24, model="first-seat")
+    heuristic = run_leaderboard("detect", agents.load("heuristic"), limit=24, model="heuristic")
+    other = run_leaderboard("detect", agents.load("heuristic"), limit=12, model="heuristic-12")  # not the same games
+    lines = leaderboard_table([base, heuristic, other]).splitlines()[2:]
     rows = {line.split("|")[1].strip(): line for line in lines}
     before, after = ([g["detection_accuracy"] for g in r["results"]["detect-v1"]["items"]] for r in (base, heuristic))
     gain = bootstrap([b - a for a, b in zip(before, after, strict=True)])
@@ -211,25 +213,25 @@ def test_a_detector_policy_casts_the_civilians_votes_of_a_spy_set():
     """A panel in place of the fixed heuristic detectors: every civilian vote of every game in one batch,
     its votes decide survival, and its stated probabilities give the expected share of votes on the spy."""
     detector, limit = LowestSeat(), 12
-    result = run_bench("spy", agents.load("heuristic"), limit=limit, detector=detector)
+    result = run_leaderboard("spy", agents.load("heuristic"), limit=limit, detector=detector)
     spy = result["results"]["spy-v1"]
     (call,) = detector.calls  # one batch: every civilian seat of every game
-    bench, _ = load_set("spy")
-    n = [len(g.performances) for g in bench.games[:limit]]
+    board, _ = load_set("spy")
+    n = [len(g.performances) for g in board.games[:limit]]
     assert len(call) == sum(k - 1 for k in n) and all(obs["stage"] == 1 for obs in call)
     assert result["protocol"]["detector"] == "lowest-seat"
-    for item, game, players in zip(spy["items"], bench.games[:limit], n, strict=True):
+    for item, game, players in zip(spy["items"], board.games[:limit], n, strict=True):
         lowest = _lowest_seats(players, game.spy_seat)
         assert item["votes"] == [f"<vote>{k}</vote>" for k in lowest]
         share = sum(k - 1 == game.spy_seat for k in lowest) / len(lowest)
         assert item["expected_votes_against_share"] == item["votes_against_share"] == share
         assert item["survival_rate"] == float(game.spy_seat != 0)  # all but seat 0's voter pick seat 0
     assert spy["metrics"]["expected_votes_against_share"]["n"] == limit
-    heuristic = run_bench("spy", agents.load("heuristic"), limit=limit)["results"]["spy-v1"]
+    heuristic = run_leaderboard("spy", agents.load("heuristic"), limit=limit)["results"]["spy-v1"]
     assert "expected_votes_against_share" not in heuristic["metrics"]
     assert [i["votes_against_share"] for i in heuristic["items"]] != [i["votes_against_share"] for i in spy["items"]]
     with pytest.raises(ValueError, match="detect sets have none"):
-        run_bench("detect", agents.load("heuristic"), limit=2, detector=LowestSeat())
+        run_leaderboard("detect", agents.load("heuristic"), limit=2, detector=LowestSeat())
 
 
 def _lowest_seats(players: int, spy_seat: int) -> list[int]:

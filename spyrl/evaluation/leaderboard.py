@@ -1,6 +1,6 @@
-"""Fixed benchmark sets: one number per model, comparable across runs and papers.
+"""The leaderboard's fixed sets: one number per model, comparable across runs and papers.
 
-Two versioned sets ship with the package (``spy_env/data/bench/*.json``), built once from the
+Two versioned sets ship with the package (``spy_env/data/leaderboard/*.json``), built once from the
 documents every training preset holds out (:func:`spy_env.corpus.split_documents`, fraction 0.2):
 
 - **detect**: N fixed games whose performances were produced once by fixed reference players
@@ -18,7 +18,7 @@ documents every training preset holds out (:func:`spy_env.corpus.split_documents
 Every score comes with a bootstrap 95% interval over games (:mod:`spy_env.heldout`). A set
 records its game config, each game's setup (document id, spy seat, degradation seed, env seed)
 and the SHA-256 of the document and of the spy's copy, so a changed corpus or degradation
-operator is an error rather than a silently different benchmark; the SHA-256 of the whole file
+operator is an error rather than a silently different set; the SHA-256 of the whole file
 must be the released one (:data:`RELEASED_SHA256`), so rewritten games or performances are an
 error too; a change of the game means a new ``version``. :func:`build_set` rebuilds a set byte for byte (a test checks it).
 """
@@ -48,13 +48,13 @@ from spy_env.runner import safe_reason
 __all__ = [
     "KINDS",
     "VERSION",
-    "BenchGame",
-    "BenchSet",
-    "bench_table",
+    "LeaderboardGame",
+    "LeaderboardSet",
     "build_set",
     "heldout_documents",
+    "leaderboard_table",
     "load_set",
-    "run_bench",
+    "run_leaderboard",
     "set_path",
     "write_set",
 ]
@@ -79,7 +79,7 @@ METRICS = {
 
 
 @dataclass(frozen=True)
-class BenchGame:
+class LeaderboardGame:
     """One fixed game: its setup and the stored performances (``None`` at the model's seat)."""
 
     game_seed: int
@@ -96,11 +96,11 @@ class BenchGame:
 
 
 @dataclass(frozen=True)
-class BenchSet:
+class LeaderboardSet:
     kind: str
     version: int
     config: GameConfig
-    games: tuple[BenchGame, ...]
+    games: tuple[LeaderboardGame, ...]
     sha256: str
 
     @property
@@ -111,12 +111,12 @@ class BenchSet:
 def set_path(kind: str, version: int = VERSION) -> Path:
     """Where the shipped set lives inside the installed ``spy_env`` package."""
     _check_kind(kind)
-    return Path(str(resources.files("spy_env") / "data" / "bench" / f"{kind}-v{version}.json"))
+    return Path(str(resources.files("spy_env") / "data" / "leaderboard" / f"{kind}-v{version}.json"))
 
 
 def _check_kind(kind: str) -> None:
     if kind not in KINDS:
-        raise ValueError(f"benchmark set must be one of {KINDS}, got {kind!r}")
+        raise ValueError(f"leaderboard set must be one of {KINDS}, got {kind!r}")
 
 
 def _sha256(text: str) -> str:
@@ -144,7 +144,7 @@ def build_set(kind: str, num_games: int = NUM_GAMES, *, seed: int = 0, config: G
     config = config or GameConfig()
     documents = heldout_documents(config)
     if not documents:
-        raise ValueError("the corpus has no held-out documents to build a benchmark set from")
+        raise ValueError("the corpus has no held-out documents to build a leaderboard set from")
     env = parallel_env(replace(config, corpus=tuple(documents), max_documents=None))
     rng = np.random.default_rng([seed, KINDS.index(kind)])
     n = config.n_players
@@ -214,57 +214,61 @@ _DESCRIPTIONS = {
 
 
 # ------------------------------------------------------------------------- load
-def load_set(kind: str, path: str | os.PathLike | None = None) -> tuple[BenchSet, list[Document]]:
+def load_set(kind: str, path: str | os.PathLike | None = None) -> tuple[LeaderboardSet, list[Document]]:
     """A set and the documents its games use (checked against the recorded hashes)."""
     _check_kind(kind)
     text = Path(path or set_path(kind)).read_text(encoding="utf-8")
-    raw = parse_json(text, f"benchmark set {str(path or set_path(kind))!r}")
+    raw = parse_json(text, f"leaderboard set {str(path or set_path(kind))!r}")
     if raw.get("name") != kind:
         raise ValueError(f"{path or set_path(kind)} is a {raw.get('name')!r} set, not {kind!r}")
     fields = {_FROM_V1.get(k, k): v for k, v in raw["config"].items()}
     config = GameConfig.from_dict({**fields, "corpus": raw["heldout"]["corpus"]})
     documents = {d.id: d for d in heldout_documents(config, raw["heldout"]["fraction"])}
-    games = tuple(BenchGame(**{**g, "performances": tuple(g["performances"])}) for g in raw["games"])
+    games = tuple(LeaderboardGame(**{**g, "performances": tuple(g["performances"])}) for g in raw["games"])
     for game in games:
         document = documents.get(game.document_id)
         if document is None or _sha256(document.text) != game.document_sha256:
             raise ValueError(
-                f"benchmark {kind}-v{raw['version']}: document {game.document_id!r} is missing from the held-out "
+                f"leaderboard set {kind}-v{raw['version']}: document {game.document_id!r} is missing from the held-out "
                 "split or its text changed; the set no longer matches this corpus"
             )
     used = sorted({g.document_id for g in games})
-    bench = BenchSet(kind, int(raw["version"]), config, games, _sha256(text))
-    released = RELEASED_SHA256.get(bench.name)
+    board = LeaderboardSet(kind, int(raw["version"]), config, games, _sha256(text))
+    released = RELEASED_SHA256.get(board.name)
     if released is None:
-        raise ValueError(f"{path or set_path(kind)}: {bench.name} is not a released set ({sorted(RELEASED_SHA256)})")
-    if bench.sha256 != released:
+        raise ValueError(f"{path or set_path(kind)}: {board.name} is not a released set ({sorted(RELEASED_SHA256)})")
+    if board.sha256 != released:
         raise ValueError(
-            f"{path or set_path(kind)} is not the released {bench.name}: its sha256 {bench.sha256[:16]}... differs "
+            f"{path or set_path(kind)} is not the released {board.name}: its sha256 {board.sha256[:16]}... differs "
             f"from {released[:16]}... (games or stored performances were changed); rebuild it with "
-            "`spyrl bench build`, or give a different set a new version"
+            "`spyrl leaderboard build`, or give a different set a new version"
         )
-    return bench, [documents[i] for i in used]
+    return board, [documents[i] for i in used]
 
 
 # -------------------------------------------------------------------------- run
-def _start(bench: BenchSet, documents: Sequence[Document], games: Sequence[BenchGame]) -> list[tuple[Any, dict]]:
+def _start(
+    board: LeaderboardSet, documents: Sequence[Document], games: Sequence[LeaderboardGame]
+) -> list[tuple[Any, dict]]:
     """An env per game, reset to its setup; returns ``(env, perform-stage observations)``."""
-    config = replace(bench.config, corpus=tuple(documents), max_documents=None)
+    config = replace(board.config, corpus=tuple(documents), max_documents=None)
     started = []
     for game in games:
         env = parallel_env(config)
         observations, _ = env.reset(seed=game.game_seed, options=game.options())
         if _sha256(env.game.views[game.spy_seat]) != game.spy_copy_sha256:
             raise ValueError(
-                f"benchmark {bench.name}: the spy's copy of game {game.game_seed} differs from the one recorded "
+                f"leaderboard set {board.name}: the spy's copy of game {game.game_seed} differs from the one recorded "
                 "(the degradation operator changed); rebuild the set under a new version"
             )
         started.append((env, observations))
     return started
 
 
-def _score_detect(policy: Policy, bench: BenchSet, documents: Sequence[Document], games: Sequence[BenchGame]):
-    started = _start(bench, documents, games)
+def _score_detect(
+    policy: Policy, board: LeaderboardSet, documents: Sequence[Document], games: Sequence[LeaderboardGame]
+):
+    started = _start(board, documents, games)
     vote_observations = []
     for (env, _), game in zip(started, games, strict=True):
         observations, *_ = env.step(dict(zip(env.possible_agents, game.performances, strict=True)))
@@ -297,12 +301,12 @@ def _score_detect(policy: Policy, bench: BenchSet, documents: Sequence[Document]
 
 def _score_spy(
     policy: Policy,
-    bench: BenchSet,
+    board: LeaderboardSet,
     documents: Sequence[Document],
-    games: Sequence[BenchGame],
+    games: Sequence[LeaderboardGame],
     detector: Policy | None = None,
 ):
-    started = _start(bench, documents, games)
+    started = _start(board, documents, games)
     actions = call_policy(
         policy, [obs[env.possible_agents[g.seat]] for (env, obs), g in zip(started, games, strict=True)]
     )
@@ -347,7 +351,10 @@ def _score_spy(
 
 
 def _detector_votes(
-    detector: Policy | None, started: Sequence[tuple[Any, dict]], games: Sequence[BenchGame], observations: list[dict]
+    detector: Policy | None,
+    started: Sequence[tuple[Any, dict]],
+    games: Sequence[LeaderboardGame],
+    observations: list[dict],
 ) -> list[dict[str, Action | str]]:
     """Each game's civilian votes: fixed heuristic detectors seeded per game, or one ``detector`` policy's
     votes from every civilian seat (played in one batch)."""
@@ -373,7 +380,7 @@ def _text(reply: Action | str) -> str:
     return reply.text if isinstance(reply, Action) else reply
 
 
-def _item_head(game: BenchGame) -> dict[str, Any]:
+def _item_head(game: LeaderboardGame) -> dict[str, Any]:
     return {"game_seed": game.game_seed, "document_id": game.document_id, "spy_seat": game.spy_seat, "seat": game.seat}
 
 
@@ -384,7 +391,7 @@ def _expected(action: Action, spy_seat: int) -> float:
     return float(action.vote_distribution.get(str(spy_seat + 1), 0.0))
 
 
-def run_bench(
+def run_leaderboard(
     kind: str,
     policy: Policy,
     *,
@@ -406,16 +413,16 @@ def run_bench(
     with its interval under ``metrics``, and one record per game under ``items``. ``limit`` plays
     the first ``limit`` games (a prefix of the set, so short runs are comparable to each other).
     """
-    bench, documents = load_set(kind, path)
+    board, documents = load_set(kind, path)
     if limit is not None and limit < 1:
         raise ValueError(f"--limit must be >= 1, got {limit}")
-    games = bench.games[:limit]
+    games = board.games[:limit]
     if detector is not None and kind != "spy":
         raise ValueError("a detector replaces the civilians' votes of a spy set; detect sets have none")
     if kind == "detect":
-        items = _score_detect(policy, bench, documents, games)
+        items = _score_detect(policy, board, documents, games)
     else:
-        items = _score_spy(policy, bench, documents, games, detector)
+        items = _score_spy(policy, board, documents, games, detector)
     names = METRICS[kind] + (("expected_votes_against_share",) if detector is not None else ())
     metrics: dict[str, Interval] = {m: bootstrap([item[m] for item in items]) for m in names}
     headline = metrics[METRICS[kind][0]]
@@ -423,9 +430,9 @@ def run_bench(
         "model": model or policy_name(policy),
         "decoding": dict(decoding or {}),
         "protocol": {
-            "bench": bench.name,
+            "set": board.name,
             "score": METRICS[kind][0],
-            "set_sha256": bench.sha256,
+            "set_sha256": board.sha256,
             "interval": "bootstrap percentile 95% over games (2000 resamples, seed 0)",
             "description": _DESCRIPTIONS[kind],
             **({"detector": policy_name(detector)} if detector is not None else {}),
@@ -433,7 +440,7 @@ def run_bench(
         "seed": seed,
         "limit": limit,
         "results": {
-            bench.name: {
+            board.name: {
                 "n": len(items),
                 "k": 1,
                 "accuracy": headline.mean,
@@ -446,7 +453,7 @@ def run_bench(
     }
 
 
-def bench_table(runs: Sequence[Mapping[str, Any]]) -> str:
+def leaderboard_table(runs: Sequence[Mapping[str, Any]]) -> str:
     """Markdown: one row per results file and set, the headline score with its interval.
 
     ``forfeits`` counts games whose call failed (a dead server): they score as misses, so a row
