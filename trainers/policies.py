@@ -4,7 +4,7 @@ it) in every seat, or in one stage's seats with a fixed agent in the other's."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
@@ -141,14 +141,9 @@ class DecodingConfig:
         )
 
     def options(self) -> DecodingOptions:
-        """The options that shape the learner's replies while decoding, as the agents' one record."""
-        return DecodingOptions(
-            vote_mode=self.vote_mode,
-            think_tokens=self.think_tokens,
-            abstain=self.abstain,
-            answer=self.answer,
-            answer_tokens=self.answer_tokens,
-        )
+        """The options that shape the learner's replies while decoding, as the agents' one record (its
+        fields are this section's fields of the same names)."""
+        return DecodingOptions(**{f.name: getattr(self, f.name) for f in fields(DecodingOptions)})
 
     def sampling(self, *, greedy: bool = False) -> SamplingParams:
         """How the learner samples (``greedy``: evaluation's greedy decoding within the same budget)."""
