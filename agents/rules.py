@@ -28,7 +28,17 @@ from agents.scripted import HeuristicAgent, legal_seats, numbers_in, scripted_fa
 from spy_env.policy import Observation
 from spy_env.stage import Stage
 
-__all__ = ["RULES", "SINGLE_TEXT_RULES", "Rule", "RuleAgent", "overlap", "played_shares", "spy_share", "tied_picks"]
+__all__ = [
+    "RULES",
+    "SINGLE_TEXT_RULES",
+    "Rule",
+    "RuleAgent",
+    "overlap",
+    "played_shares",
+    "played_votes",
+    "spy_share",
+    "tied_picks",
+]
 
 
 @dataclass(frozen=True)
@@ -106,17 +116,24 @@ def played_shares(rows: Iterable[Mapping], rule: Rule) -> list[float]:
     >>> played_shares([*perform, vote], RULES["shortest"])
     [1.0]
     """
+    return [spy_share(rule, shown, others, vote["spy_seat"]) for vote, shown, others in played_votes(rows)]
+
+
+def played_votes(rows: Iterable[Mapping]) -> list[tuple[Mapping, list[str], list[int]]]:
+    """Each first-round civilian vote of an episode buffer's ``rows`` (games told apart by ``run_id`` and
+    ``game_id``) with the performances its voter saw (by seat) and its fellow seats: what a rule is
+    scored on in :func:`played_shares`."""
     rows = list(rows)
-    texts: dict[int, dict[int, str]] = {}
+    texts: dict[tuple, dict[int, str]] = {}
     for r in rows:
         if r["stage"] == Stage.PERFORM and r["round"] == 0:
-            texts.setdefault(r["game_id"], {})[r["seat"]] = r["completion"]
+            texts.setdefault((r.get("run_id"), r["game_id"]), {})[r["seat"]] = r["completion"]
     out = []
     for r in rows:
-        if r["stage"] == Stage.VOTE and r["round"] == 0 and r["role"] == "civilian" and r["game_id"] in texts:
-            by_seat = texts[r["game_id"]]
+        by_seat = texts.get((r.get("run_id"), r["game_id"]))
+        if r["stage"] == Stage.VOTE and r["round"] == 0 and r["role"] == "civilian" and by_seat:
             shown = [by_seat.get(s, "") for s in range(max(by_seat) + 1)]
-            out.append(spy_share(rule, shown, [s for s in sorted(by_seat) if s != r["seat"]], r["spy_seat"]))
+            out.append((r, shown, [s for s in sorted(by_seat) if s != r["seat"]]))
     return out
 
 

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 from tests.distributed_check import fixed_samples  # noqa: E402
 from trainers import SpyRLConfig, SpyRLTrainer  # noqa: E402
 from trainers.precision import MasterAdamW, fp32_weights  # noqa: E402
-from trainers.update import mini_batch_size  # noqa: E402
+from trainers.update import UpdateConfig, mini_batch_size  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(__file__).with_name("distributed_check.py")
@@ -198,20 +198,10 @@ def test_share_of_the_global_batch_and_mini_batches():
     assert [start for start, _ in shares] == [0, 19, 38, 56, 74, 92, 110]
     step = epoch_documents(list(range(300)), 128, 3, seed=0)  # what one process plays at iteration 3
     assert [d for start, count in shares for d in step[start : start + count]] == step
-    assert documents_share(
-        SpyRLConfig.from_dict(dict(documents_per_iteration=6)).rollout.documents_per_iteration, 1
-    ) == (0, 6)
+    assert documents_share(6, 1) == (0, 6)
     with pytest.raises(ValueError, match="documents_per_iteration"):
-        documents_share(SpyRLConfig.from_dict(dict(documents_per_iteration=2)).rollout.documents_per_iteration, 4)
-    assert (
-        mini_batch_size(
-            SpyRLConfig.from_dict(dict(mini_batch_size=128)).update,
-            SpyRLConfig.from_dict(dict(mini_batch_size=128)).rollout.documents_per_iteration,
-            500,
-            num_processes=2,
-        )
-        == 64
-    )
+        documents_share(2, 4)
+    assert mini_batch_size(UpdateConfig(mini_batch_size=128), 128, 500, num_processes=2) == 64
     assert (
         mini_batch_size(paper.update, paper.rollout.documents_per_iteration, 2560, num_processes=2) == 2560
     )  # one update: every row of this process

@@ -40,7 +40,7 @@ class Fixed:
 
 def test_stage_policy_routes_by_stage_and_restarts_and_syncs_only_the_learner():
     pytest.importorskip("torch")  # trainers.policies imports the hf backend
-    from trainers.policies import StagePolicy, seat_policy
+    from trainers.policies import RolloutConfig, StagePolicy, seat_policy
 
     learner = Learner()
     assert isinstance(learner, RolloutPolicy)
@@ -52,13 +52,9 @@ def test_stage_policy_routes_by_stage_and_restarts_and_syncs_only_the_learner():
     policy.sync()
     assert learner.restarts == [7] and learner.syncs == 1
     assert isinstance(policy, RolloutPolicy)
-    assert seat_policy(SpyRLConfig().rollout, SpyRLConfig().run.seed, learner) is learner
+    assert seat_policy(RolloutConfig(), 0, learner) is learner
     assert isinstance(
-        seat_policy(
-            SpyRLConfig.from_dict(dict(voter="heuristic")).rollout,
-            SpyRLConfig.from_dict(dict(voter="heuristic")).run.seed,
-            learner,
-        ),
+        seat_policy(RolloutConfig(voter="heuristic"), 0, learner),
         StagePolicy,
     )
 

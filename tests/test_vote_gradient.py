@@ -20,7 +20,7 @@ from trainers import SpyRLConfig, SpyRLTrainer  # noqa: E402
 from trainers.choices import Choice, choice_loss  # noqa: E402
 from trainers.logprobs import sequence_logps  # noqa: E402
 from trainers.loss import LossScale  # noqa: E402
-from trainers.samples import choice_advantages, stage_advantages  # noqa: E402
+from trainers.samples import AdvantageConfig, choice_advantages, stage_advantages  # noqa: E402
 from trainers.update import MicroBatch, micro_loss  # noqa: E402
 from trainers.votes import ForwardVotes, retained_logps  # noqa: E402
 
@@ -257,23 +257,9 @@ def test_batch_groups_normalise_over_every_vote_of_the_iteration():
     per-game groups, but do when the iteration's votes are normalised together."""
     rows = [{"game_id": g, "round": 0, "role": "civilian"} for g in (0, 0, 1, 1)]
     rewards = [1.0, 1.0, 0.0, 0.0]
-    per_game = stage_advantages(
-        rows,
-        rewards,
-        Stage.VOTE,
-        SpyRLConfig.from_dict(dict(detect_advantage_groups="game")).advantages,
-        None,
-        SpyRLConfig.from_dict(dict(detect_advantage_groups="game")).game.weight_detect,
-    )
+    per_game = stage_advantages(rows, rewards, Stage.VOTE, AdvantageConfig(detect_advantage_groups="game"), None)
     assert per_game.tolist() == [0.0, 0.0, 0.0, 0.0]
-    batch = stage_advantages(
-        rows,
-        rewards,
-        Stage.VOTE,
-        SpyRLConfig.from_dict(dict(detect_advantage_groups="batch")).advantages,
-        None,
-        SpyRLConfig.from_dict(dict(detect_advantage_groups="batch")).game.weight_detect,
-    )
+    batch = stage_advantages(rows, rewards, Stage.VOTE, AdvantageConfig(detect_advantage_groups="batch"), None)
     assert batch.round(3).tolist() == [1.0, 1.0, -1.0, -1.0]
 
 

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.rules import RULES, spy_share
+from agents.rules import RULES, played_votes, spy_share
 from spy_env.buffer import EpisodeBuffer
 from spy_env.config import GameConfig
 from spy_env.heldout import percentile_interval, resample_counts
@@ -157,17 +157,8 @@ def _game_sums(rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> tuple
 def _add_rule_sums(sums: dict[str, np.ndarray], rows: Sequence[Mapping[str, Any]], g_index, a_index) -> None:
     """Per game and agent, each rule's share on the spy over the agent's first-round civilian votes
     (``rule_hits_<rule>``, as :func:`agents.rules.spy_share`), and how many votes (``first_civilian_votes``)."""
-    texts: dict[int, dict[int, str]] = {}
-    for row in rows:
-        if row["stage"] == Stage.PERFORM and row["round"] == 0:
-            texts.setdefault(g_index[(row["run_id"], row["game_id"])], {})[row["seat"]] = row["completion"]
-    for row in rows:
-        g = g_index[(row["run_id"], row["game_id"])]
-        if row["stage"] != Stage.VOTE or row["round"] != 0 or row["role"] != "civilian" or g not in texts:
-            continue
-        a, by_seat = a_index[row["agent_name"]], texts[g]
-        shown = [by_seat.get(s, "") for s in range(max(by_seat) + 1)]
-        others = [s for s in sorted(by_seat) if s != row["seat"]]
+    for row, shown, others in played_votes(rows):
+        g, a = g_index[(row["run_id"], row["game_id"])], a_index[row["agent_name"]]
         sums["first_civilian_votes"][g, a] += 1
         for name, rule in RULES.items():
             sums[f"rule_hits_{name}"][g, a] += spy_share(rule, shown, others, row["spy_seat"])
