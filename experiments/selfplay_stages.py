@@ -25,11 +25,19 @@ Evaluation, the base model once and every row's final model, each paired with th
   first ``--leaderboard-games`` games of the detect-v1 leaderboard set (its leaderboard row, paired too).
 
 Training metrics per iteration (stage, rewards and advantages per role, RAE baselines, the controller's
-EMAs, seconds) are kept for the diagnosis. Writes ``selfplay_stages.json`` and ``selfplay_stages.png``
-to ``--out`` (atomically).
+EMAs, every rule baseline's accuracy on the iteration's own games, seconds) are kept for the diagnosis.
+Writes ``selfplay_stages.json`` and ``selfplay_stages.png`` to ``--out`` (atomically).
+
+``--training-only`` trains the rows and evaluates nothing: it keeps every iteration's episode buffer
+and writes ``selfplay_training.json``, each row's sampled detection accuracy on its training games
+beside every rule baseline scored on the very performances its voters saw (``agents/rules.py``), per
+iteration and over the run with 95% intervals. The training games do not depend on the evaluations,
+so a row's training matches the same command's full run on the same CPU (the per-iteration
+accuracies say whether it did).
 
     python experiments/selfplay_stages.py --out docs/experiment/selfplay
     python experiments/selfplay_stages.py --quick --out /tmp/quick      # a few minutes: what CI runs
+    python experiments/selfplay_stages.py --training-only --out /tmp/rules   # the rules on the training games
 """
 
 from __future__ import annotations
@@ -47,8 +55,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import command_of, experiment_parser, user_error
+from training_rules import rule_table
 
-from agents.rules import RULES, played_shares
+from agents.rules import RULES, played_shares, played_votes
+from spy_env.buffer import EpisodeBuffer
 from spy_env.extras import require
 from spy_env.heldout import bootstrap, evaluate_heldout, paired_difference, summarize
 from spy_env.io import refuse_existing_outputs, save_figure, write_text
@@ -166,6 +176,22 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def train(name: str, trainer: SpyRLTrainer) -> list[dict[str, Any]]:
+    """Every training iteration of one row: its scalar metrics, with the minutes since the first."""
+    start = time.perf_counter()
+    history = []
+    for _ in range(trainer.config.run.iterations):
+        metrics = trainer.train_iteration()
+        history.append({k: v for k, v in metrics.items() if isinstance(v, (int, float, str))})
+        history[-1]["minutes"] = (time.perf_counter() - start) / 60
+        logging.info(
+            "[%s] iteration %d (%s): acc %.3f, spy perform reward %.3f, grad norm %.2f",
+            name, trainer.iteration, metrics["stage"], metrics["env/detection_accuracy"],
+            metrics.get("env/reward/spy_perform", float("nan")), metrics.get("losses/grad_norm", float("nan")),
+        )  # fmt: skip
+    return history
+
+
 def run_row(name: str, args: argparse.Namespace, base: dict[str, Any] | None) -> tuple[dict, dict]:
     """Train one row; evaluate the base model first (once for all rows, on the same games)."""
     config = row_config(name, args)
@@ -177,16 +203,7 @@ def run_row(name: str, args: argparse.Namespace, base: dict[str, Any] | None) ->
         base = {"games": evaluate(trainer, panel, args), "minutes": (time.perf_counter() - start) / 60}
         logging.info("base: %s", _line(summary(base["games"])))
     start = time.perf_counter()
-    history = []
-    for _ in range(config.run.iterations):
-        metrics = trainer.train_iteration()
-        history.append({k: v for k, v in metrics.items() if isinstance(v, (int, float, str))})
-        history[-1]["minutes"] = (time.perf_counter() - start) / 60
-        logging.info(
-            "[%s] iteration %d (%s): acc %.3f, spy perform reward %.3f, grad norm %.2f",
-            name, trainer.iteration, metrics["stage"], metrics["env/detection_accuracy"],
-            metrics.get("env/reward/spy_perform", float("nan")), metrics.get("losses/grad_norm", float("nan")),
-        )  # fmt: skip
+    history = train(name, trainer)
     train_minutes = (time.perf_counter() - start) / 60
     final = evaluate(trainer, panel, args)
     row = {
@@ -204,6 +221,37 @@ def run_row(name: str, args: argparse.Namespace, base: dict[str, Any] | None) ->
     }
     logging.info("[%s] trained: %s", name, _line(row["trained"]))
     return row, base
+
+
+def training_row(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Train one row, evaluating nothing, and score its voters and every rule on its training games."""
+    config = row_config(name, args)
+    config = dataclasses.replace(config, run=dataclasses.replace(config.run, keep_buffers=True))
+    trainer = SpyRLTrainer(config)
+    history = train(name, trainer)
+    folder = Path(config.run.output_dir) / "buffers"
+    played = [EpisodeBuffer.load(folder / f"iter_{i:05d}.parquet").rows for i in range(len(history))]
+    hits = [float(vote["vote"] == vote["spy_seat"]) for rows in played for vote, _, _ in played_votes(rows)]
+    return {
+        "row": name,
+        "overrides": ROWS[name],
+        "config": config.to_dict(),
+        "train_minutes": history[-1]["minutes"],
+        "detection_accuracy": [h["env/detection_accuracy"] for h in history],
+        "model_sampled": bootstrap(hits).to_dict(),
+        "rules": rule_table(played),
+        "training": history,
+    }
+
+
+def _training_line(row: dict[str, Any]) -> str:
+    strongest = row["rules"]["strongest"]
+    model, rule = row["model_sampled"], row["rules"]["overall"][strongest]
+    return (
+        f"{row['row']}: sampled accuracy {model['mean']:.3f} [{model['low']:.3f}, {model['high']:.3f}] on its training "
+        f"games; strongest rule {strongest} {rule['mean']:.3f} [{rule['low']:.3f}, {rule['high']:.3f}] "
+        f"({rule['n']} civilian votes)"
+    )
 
 
 def _line(result: dict[str, Any]) -> str:
@@ -283,6 +331,11 @@ def parser() -> argparse.ArgumentParser:
         help="only play N iterations' training games with the untrained model (no update) and write "
         "selfplay_probe.json: how often its votes and each rule find the spy among its own performances",
     )  # fmt: skip
+    p.add_argument(
+        "--training-only", action="store_true",
+        help="train the rows, evaluate nothing, and write selfplay_training.json: each row's detection accuracy "
+        "on its training games beside every rule baseline on the same games (the iterations' buffers are kept)",
+    )  # fmt: skip
     return p
 
 
@@ -304,12 +357,14 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
         if args.probe < 0:
             raise ValueError("--probe must be >= 0")
+        if args.probe and args.training_only:
+            raise ValueError("--probe and --training-only are two different runs: give one")
         for name in rows:
             row_config(name, args)
         require([PLOTS])
-        written = (
-            [out / "selfplay_probe.json"] if args.probe else [out / "selfplay_stages.json", out / "selfplay_stages.png"]
-        )
+        written = [out / "selfplay_stages.json", out / "selfplay_stages.png"]
+        if args.probe or args.training_only:
+            written = [out / ("selfplay_probe.json" if args.probe else "selfplay_training.json")]
         refuse_existing_outputs(written, overwrite=args.overwrite)
     except (ImportError, ValueError) as e:
         return user_error(e)
@@ -320,6 +375,12 @@ def main(argv: list[str] | None = None) -> int:
         result = {"command": command, **probe(args), "minutes": (time.perf_counter() - start) / 60}
         write_text(out / "selfplay_probe.json", json.dumps(result, indent=1) + "\n")
         print(json.dumps(result, indent=1))
+        return 0
+    if args.training_only:
+        result = {"command": command, "rows": [training_row(name, args) for name in rows]}
+        result["minutes"] = (time.perf_counter() - start) / 60
+        write_text(out / "selfplay_training.json", json.dumps(result, indent=1, default=float) + "\n")
+        print("\n".join(_training_line(row) for row in result["rows"]))
         return 0
     results: dict[str, Any] = {"command": command, "rows": []}
     base = None
