@@ -34,7 +34,7 @@ from spy_env.policy import Action, Observation
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HFPolicy", "load_hf", "native_bf16", "resolve_device", "resolve_dtype"]
+__all__ = ["HFPolicy", "load_hf", "load_pretrained", "native_bf16", "resolve_device", "resolve_dtype"]
 
 
 def _torch():
@@ -79,6 +79,32 @@ def resolve_dtype(dtype: Any, device: str):
         except KeyError as e:
             raise ValueError(f"dtype must be auto, fast, float32, bfloat16 or float16, got {dtype!r}") from e
     return dtype
+
+
+def load_pretrained(
+    path: str,
+    *,
+    dtype: Any = "auto",
+    device: str = "auto",
+    gguf_file: str | None = None,
+    model_kwargs: dict[str, Any] | None = None,
+) -> tuple[Any, Any]:
+    """A causal LM, on ``device`` in ``dtype`` (:func:`resolve_device`, :func:`resolve_dtype`), and its
+    tokenizer, by hub id or local folder (``gguf_file`` for GGUF weights; ``model_kwargs`` go to
+    ``AutoModelForCausalLM.from_pretrained``): what :meth:`HFPolicy.from_pretrained` plays with and a
+    trainer trains."""
+    _torch()
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as e:
+        raise ImportError("the hf backend needs transformers: pip install 'spyrl[hf]'") from e
+    device = resolve_device(device)
+    extra = {"gguf_file": gguf_file} if gguf_file else {}
+    tokenizer = AutoTokenizer.from_pretrained(path, **extra)
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=resolve_dtype(dtype, device), **extra, **(model_kwargs or {})
+    )
+    return model.to(device), tokenizer
 
 
 class _SampledLogprobs:
@@ -163,20 +189,11 @@ class HFPolicy:
         ``model_kwargs`` go to ``AutoModelForCausalLM.from_pretrained``; ``options`` (``sampling``,
         ``name``, ``batch_size``, ``decoding``, ``share_prefix``, ...) to the policy's constructor.
         """
-        _torch()
-        try:
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-        except ImportError as e:
-            raise ImportError("the hf backend needs transformers: pip install 'spyrl[hf]'") from e
-        device = resolve_device(device)
-        extra = {"gguf_file": gguf_file} if gguf_file else {}
-        tokenizer = AutoTokenizer.from_pretrained(path, **extra)
-        model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=resolve_dtype(dtype, device), **extra, **(model_kwargs or {})
+        model, tokenizer = load_pretrained(
+            path, dtype=dtype, device=device, gguf_file=gguf_file, model_kwargs=model_kwargs
         )
-        model.to(device).eval()
         options.setdefault("name", f"hf:{path}")
-        return cls(model, tokenizer, **options)
+        return cls(model.eval(), tokenizer, **options)
 
     # ------------------------------------------------------------------ policy
     def act(self, observations: Sequence[Observation]) -> list[Action]:

@@ -559,7 +559,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     console.print(
         f"training {markup_safe(config.model.name_or_path)} for {config.run.iterations} iterations into {markup_safe(config.run.output_dir)}"
     )
-    trainer = SpyRLTrainer(config, resume_from=args.resume)
+    trainer = SpyRLTrainer.from_checkpoint(config, args.resume) if args.resume else SpyRLTrainer(config)
     history = trainer.train()
     path = plot_run(config.run.output_dir)
     last = history[-1] if history else {}

@@ -6,7 +6,7 @@
 - Stages are compared through ``spy_env.Stage`` (no bare 0/1), and policies, engines, trainers and
   their kin are not probed with ``getattr``/``hasattr`` (they declare ``spy_env.policy.Policy`` or
   ``RolloutPolicy``; a name is read with ``spy_env.policy.policy_name``).
-- No function takes the whole ``SpyRLConfig`` but the trainer's constructor and the CLI: each takes its
+- No function takes the whole ``SpyRLConfig`` but the trainer's constructors and the CLI: each takes its
   section; every section is frozen, with help and ``Literal`` choices checked where it is defined.
 - Every file path docs/ARCHITECTURE.md names exists, and no code comment or doc cites a file the
   repository does not contain (a note kept outside it, a ``../`` path that leaves the repository, a
@@ -276,7 +276,8 @@ def test_every_config_section_is_frozen_and_checks_its_choices_where_it_is_defin
             setattr(cls(), dataclasses.fields(cls)[0].name, None)
 
 
-WHOLE_CONFIG_TAKERS = {("trainers/grpo.py", "__init__")}  # SpyRLTrainer's constructor; and spyrl/cli.py
+# SpyRLTrainer's two constructors (a fresh run, a run continued from a checkpoint); and spyrl/cli.py
+WHOLE_CONFIG_TAKERS = {("trainers/grpo.py", "__init__"), ("trainers/grpo.py", "from_checkpoint")}
 
 
 def whole_config_takers(files: list[Path], root: Path) -> list[str]:

@@ -83,7 +83,7 @@ def test_resume_restores_optimizer_rng_and_state_exactly(trained_run, run):
 
     trainer = trained_run[1]
     saved_rng = (random.getstate(), np.random.get_state()[1].copy(), torch.get_rng_state())
-    resumed = SpyRLTrainer(_config(run), resume_from="latest")
+    resumed = SpyRLTrainer.from_checkpoint(_config(run))
     assert resumed.iteration == 1
     a, b = trainer.optimizer.state_dict(), resumed.optimizer.state_dict()
     assert a["param_groups"] == b["param_groups"]
@@ -98,6 +98,24 @@ def test_resume_restores_optimizer_rng_and_state_exactly(trained_run, run):
     assert random.getstate() == saved_rng[0]
     assert (np.random.get_state()[1] == saved_rng[1]).all()
     assert torch.equal(torch.get_rng_state(), saved_rng[2])
+
+
+def test_from_checkpoint_leaves_the_run_held_by_its_trainer_alone(run):
+    """The hold ``from_checkpoint`` takes to verify the checkpoint ends with it; the resumed trainer's own
+    hold lasts as long as the trainer (a hold left behind would keep the run locked after it)."""
+    import gc
+
+    from trainers.grpo import SpyRLTrainer
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    probe = [sys.executable, "-c", "import sys; from spy_env.io import lock_run; lock_run(sys.argv[1])", str(run)]
+    trainer = SpyRLTrainer.from_checkpoint(_config(run))
+    held = subprocess.run(probe, capture_output=True, text=True, env=env, timeout=120)
+    assert held.returncode == 1 and f"being written by another process (pid {os.getpid()})" in held.stderr
+    del trainer
+    gc.collect()
+    free = subprocess.run(probe, capture_output=True, text=True, env=env, timeout=120)
+    assert free.returncode == 0, free.stderr[-500:]
 
 
 class _Payload:

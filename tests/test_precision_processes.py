@@ -240,7 +240,7 @@ def test_a_bf16_checkpoint_keeps_the_fp32_masters(tmp_path):
     masters = fp32_weights(trainer.optimizer, trainer.unwrapped.parameters())
     rounded = [p.detach().float() for p in trainer.unwrapped.parameters()]
     assert any(not torch.equal(m, r) for m, r in zip(masters, rounded, strict=True))  # the masters hold more
-    resumed = SpyRLTrainer(config, resume_from="latest")
+    resumed = SpyRLTrainer.from_checkpoint(config)
     again = fp32_weights(resumed.optimizer, resumed.unwrapped.parameters())
     assert all(torch.equal(a, b) for a, b in zip(masters, again, strict=True))
     moments = [s["exp_avg"] for s in resumed.optimizer.state.values() if "exp_avg" in s]

@@ -184,7 +184,7 @@ def test_lora_trains_only_adapters_and_resumes(tmp_path):
     changed = {n for n, p in trainer.model.named_parameters() if not torch.equal(before[n], p)}
     assert changed and all("lora_" in n for n in changed)
     assert (tmp_path / "run" / "checkpoints" / "iter_00001" / "model" / "adapter_model.safetensors").exists()
-    resumed = SpyRLTrainer(config, resume_from="latest")
+    resumed = SpyRLTrainer.from_checkpoint(config)
     assert resumed.iteration == 1
     for (n, p), (_, q) in zip(trainer.model.named_parameters(), resumed.model.named_parameters(), strict=True):
         assert torch.equal(p, q), n

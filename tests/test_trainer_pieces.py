@@ -296,3 +296,24 @@ def test_shipped_accelerate_configs_load(name, kind):
         assert config.deepspeed_config["zero_stage"] == 3
         assert config.deepspeed_config["gradient_accumulation_steps"] == 1
         assert config.deepspeed_config["gradient_clipping"] == SpyRLConfig().update.max_grad_norm
+
+
+def test_the_reference_is_a_frozen_copy_of_the_initial_weights(tiny_model_dir):
+    """``trainable_model`` takes the KL reference before anything trains: the same weights in their own
+    storage, frozen, so an update of the trained model leaves it; none without KL or with LoRA (the
+    base model with its adapters off is the reference)."""
+    from agents.hf import load_pretrained
+    from trainers.models import ModelConfig, trainable_model
+
+    model, _ = load_pretrained(str(tiny_model_dir), dtype="float32", device="cpu")
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    trained, reference = trainable_model(model, ModelConfig(train_top_layers=1), beta=0.04)
+    assert not reference.training and not any(p.requires_grad for p in reference.parameters())
+    assert any(p.requires_grad for p in trained.parameters())
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(1.0)
+    for name, value in reference.state_dict().items():
+        assert torch.equal(value, initial[name]), name
+    assert trainable_model(model, ModelConfig(), beta=0.0)[1] is None
+    assert trainable_model(model, ModelConfig(lora_r=2), beta=0.04)[1] is None

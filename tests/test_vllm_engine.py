@@ -233,7 +233,7 @@ def test_trainer_syncs_the_engine_after_each_update_and_after_resume(tmp_path, m
     assert None in regexes  # performances are free
     assert any(r and re.fullmatch(r"<vote>\(\?:[\d|]+\)</vote>", r) for r in regexes)  # votes constrained
 
-    resumed = SpyRLTrainer(config, resume_from="latest")
+    resumed = SpyRLTrainer.from_checkpoint(config)
     assert resumed.iteration == 2 and len(engines) == 2
     assert len(engines[1].stale_before_sync) == 1, "a resumed trainer must push the checkpoint's weights"
     assert engines[1].stale_before_sync[0] > 0  # the engine started from the initial weights ...

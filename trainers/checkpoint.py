@@ -13,7 +13,8 @@ A checkpoint folder ``checkpoints/iter_K`` holds
 - ``manifest.json``: the sha256 of every other file, written last.
 
 :func:`save_trainer` writes a trainer's checkpoint (staged in a temporary folder, renamed into
-place) and :func:`load_trainer` restores one.
+place); :func:`opened_checkpoint` verifies one under the run's lock and :func:`load_trainer` restores
+it into a freshly built trainer (:meth:`trainers.grpo.SpyRLTrainer.from_checkpoint` does both).
 
 Nothing here is loaded with pickle. Resuming checks the manifest (a missing, extra or changed file
 is an error naming it), that every file is a regular file of a data format (:data:`DATA_SUFFIXES`:
@@ -25,13 +26,14 @@ the run.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import shutil
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -53,6 +55,7 @@ __all__ = [
     "hold_run_folder",
     "load_trainer",
     "open_checkpoint",
+    "opened_checkpoint",
     "optimizer_from_flat",
     "optimizer_to_flat",
     "read_state",
@@ -120,17 +123,34 @@ def open_checkpoint(root: Path, path: str) -> Path:
     return folder
 
 
-def hold_run_folder(owner: object, folder: str | os.PathLike, *, create: bool) -> Path:
-    """``folder`` (created if ``create``), locked for this process until ``owner`` is gone
-    (:func:`spy_env.io.lock_run`): every writer of a run, fresh or resumed, takes it before it
-    reads a checkpoint or writes. Under a launcher rank 0 holds it for all ranks; a missing folder
-    (a resume with nothing to resume) is left to the checkpoint's own error."""
+def hold_run_folder(owner: object, folder: str | os.PathLike) -> Path:
+    """``folder`` (created), locked for this process until ``owner`` is gone (:func:`spy_env.io.lock_run`):
+    every writer of a run, fresh or resumed, takes it before it writes. Under a launcher rank 0 holds it
+    for all ranks."""
     folder = Path(folder)
-    if create:
-        folder.mkdir(parents=True, exist_ok=True)
-    if int(os.environ.get("RANK", "0") or 0) == 0 and folder.is_dir():
+    folder.mkdir(parents=True, exist_ok=True)
+    if _rank() == 0:
         weakref.finalize(owner, lock_run(folder).release)
     return folder
+
+
+@contextlib.contextmanager
+def opened_checkpoint(run: str | os.PathLike, path: str) -> Iterator[Path]:
+    """The checkpoint ``path`` (or ``"latest"``) of the run folder ``run``, verified by
+    :func:`open_checkpoint` while this process holds the run (rank 0 under a launcher), so that no
+    other writer replaces it while it is read; the hold ends with the block (a trainer built inside
+    takes its own)."""
+    run = Path(run)
+    hold = lock_run(run) if _rank() == 0 and run.is_dir() else None  # a missing run: the checkpoint's error
+    try:
+        yield open_checkpoint(run / "checkpoints", path)
+    finally:
+        if hold is not None:
+            hold.release()
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0") or 0)
 
 
 # ------------------------------------------------------------------------------ manifest

@@ -40,7 +40,8 @@ from typing import Any
 
 import torch
 
-from agents.hf import resolve_device
+from agents.hf import load_pretrained
+from agents.models import resolve_model_path
 from spy_env.buffer import EpisodeBuffer
 from spy_env.config import GameConfig
 from spy_env.heldout import evaluate_heldout, summarize
@@ -57,7 +58,7 @@ from trainers.extras import require_training_extras
 from trainers.logprobs import sequence_logps
 from trainers.loss import LossScale, loss_items
 from trainers.metrics import TrainingProgress, iteration_metrics, rule_metrics
-from trainers.models import load_policy_model, prepare_for_training, reference_logps, reference_model
+from trainers.models import reference_logps, trainable_model
 from trainers.policies import learner_policy, seat_policy
 from trainers.samples import (
     Sample,
@@ -82,21 +83,22 @@ __all__ = ["SpyRLTrainer"]
 class SpyRLTrainer:
     """GRPO for SpyRL with alternating stages and RAE (see the module docstring)."""
 
-    def __init__(self, config: SpyRLConfig, resume_from: str | Path | None = None) -> None:
+    def __init__(self, config: SpyRLConfig) -> None:
+        """A fresh run in ``config.run.output_dir`` (:meth:`from_checkpoint` continues one)."""
         # a missing tracker or peft fails now, not after the first iteration
         require_training_extras(config.model, config.run.report_to)
         self.config = config
-        self.output_dir = ckpt.hold_run_folder(self, config.run.output_dir, create=not resume_from)  # one writer a run
-        if resume_from:  # a bad checkpoint fails here, before anything is built or written
-            resume_from = ckpt.open_checkpoint(self.output_dir / "checkpoints", str(resume_from))
-        self.output_dir.mkdir(parents=True, exist_ok=True)
+        self.output_dir = ckpt.hold_run_folder(self, config.run.output_dir)  # one writer a run
         torch.manual_seed(config.run.seed)
-        model, self.tokenizer, self.model_path = load_policy_model(config.model, config.run.output_dir, config.run.seed)
-        self.model = prepare_for_training(model, config.model)
+        self.model_path = resolve_model_path(
+            config.model.name_or_path, tiny_dir=self.output_dir / "tiny-model", seed=config.run.seed
+        )
+        model, self.tokenizer = load_pretrained(self.model_path, dtype=config.model.dtype, device=config.model.device)
+        self.model, self.ref_model = trainable_model(model, config.model, config.loss.beta)
         from accelerate import Accelerator
 
         # One process: a plain loop. Under `accelerate launch`: DDP/FSDP/DeepSpeed as configured.
-        self.accelerator = Accelerator(cpu=resolve_device(config.model.device) == "cpu")
+        self.accelerator = Accelerator(cpu=model.device.type == "cpu")
         self.distributed = self.accelerator.num_processes > 1
         self.rank = self.accelerator.process_index
         processes.check_sharding(config.rollout.generation, config.run.eval_games, self.sharding)
@@ -104,8 +106,9 @@ class SpyRLTrainer:
             config.rollout.documents_per_iteration, self.accelerator.num_processes, self.rank
         )
         if self.distributed:
-            self.model.to(self.accelerator.device)
-        self.ref_model = reference_model(config.model, config.loss.beta, self.model, self.model_path)
+            for module in (self.model, self.ref_model):
+                if module is not None:
+                    module.to(self.accelerator.device)
         self.pad_id = (
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         )
@@ -129,9 +132,17 @@ class SpyRLTrainer:
         self.seat_policy = seat_policy(config.rollout, config.run.seed, self.policy)
         main = self.accelerator.is_main_process
         self.sinks = MetricSinks(self.output_dir, config.run.report_to if main else [], config.to_dict())
-        if resume_from:
-            ckpt.load_trainer(self, resume_from)  # verified above
-            self.policy.sync()  # a separate engine loaded the initial weights, not the checkpoint's
+
+    @classmethod
+    def from_checkpoint(cls, config: SpyRLConfig, checkpoint: str | Path = "latest") -> SpyRLTrainer:
+        """The run in ``config.run.output_dir`` continued from ``checkpoint`` (its folder, or ``"latest"``)
+        exactly where it was written: the checkpoint is verified under the run's lock before anything is
+        built (a bad one is a :class:`~trainers.checkpoint.CheckpointError`), then the trainer that
+        ``config`` builds takes its weights, optimizer, schedules, controller, baselines and RNG states."""
+        with ckpt.opened_checkpoint(config.run.output_dir, str(checkpoint)) as folder:
+            trainer = cls(config)
+            trainer.load_checkpoint(folder, verified=True)
+        return trainer
 
     @property
     def unwrapped(self) -> Any:
@@ -373,7 +384,9 @@ class SpyRLTrainer:
 
     def load_checkpoint(self, path: str | Path, *, verified: bool = False) -> None:
         """Resume from a checkpoint folder (or ``"latest"``) after checking its manifest and that
-        every tensor is finite (``verified``: :func:`~trainers.checkpoint.open_checkpoint` already
-        did); raises :class:`trainers.checkpoint.CheckpointError` otherwise."""
+        every tensor is finite (``verified``: :func:`~trainers.checkpoint.opened_checkpoint` already
+        did); raises :class:`trainers.checkpoint.CheckpointError` otherwise. :meth:`from_checkpoint`
+        verifies before building, which is what ``spyrl train --resume`` does."""
         checkpoint = Path(path) if verified else ckpt.open_checkpoint(self.output_dir / "checkpoints", str(path))
         ckpt.load_trainer(self, checkpoint)
+        self.policy.sync()  # a separate engine (vLLM) holds the weights it loaded, not the checkpoint's

@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import torch
 
-from agents.hf import resolve_device, resolve_dtype
-from agents.models import resolve_model_path
 from trainers.logprobs import sequence_logps
 from trainers.validation import bad, check_section, setting
 
 __all__ = [
     "ModelConfig",
     "freeze_below",
-    "load_policy_model",
     "prepare_for_training",
     "reference_logps",
-    "reference_model",
+    "trainable_model",
 ]
 
 
@@ -58,18 +55,6 @@ class ModelConfig:
         for name in ("lora_r", "train_top_layers"):
             if getattr(self, name) < 0:
                 raise bad(self, name, "an integer >= 0")
-
-
-def load_policy_model(config: ModelConfig, output_dir: str | Path, seed: int) -> tuple[Any, Any, str]:
-    """Model, tokenizer and the path they came from (``tiny`` and ``smollm2`` are built locally: ``tiny``
-    under ``output_dir``, its random weights from ``seed``)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = resolve_model_path(config.name_or_path, tiny_dir=Path(output_dir) / "tiny-model", seed=seed)
-    device = resolve_device(config.device)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(config.dtype, device)).to(device)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    return model, tokenizer, path
 
 
 def prepare_for_training(model: Any, config: ModelConfig) -> Any:
@@ -124,17 +109,14 @@ def freeze_below(model: Any, top_layers: int) -> None:
         norm.requires_grad_(True)
 
 
-def reference_model(config: ModelConfig, beta: float, model: Any, path: str) -> Any | None:
-    """A frozen copy of the initial weights for the KL term; None without KL (``beta`` 0) or with LoRA
-    (the base model with its adapters disabled is the reference)."""
-    if beta == 0 or config.lora_r:
-        return None
-    from transformers import AutoModelForCausalLM
-
-    device = next(model.parameters()).device
-    ref = AutoModelForCausalLM.from_pretrained(path, dtype=next(model.parameters()).dtype)
-    ref.to(device).eval().requires_grad_(False)
-    return ref
+def trainable_model(model: Any, config: ModelConfig, beta: float) -> tuple[Any, Any | None]:
+    """``model`` ready to train (:func:`prepare_for_training`) and its frozen reference for the KL term: a
+    copy of the initial weights, taken first; None without KL (``beta`` 0) or with LoRA (the base model
+    with its adapters disabled is the reference)."""
+    reference = None
+    if beta and not config.lora_r:
+        reference = copy.deepcopy(model).eval().requires_grad_(False)
+    return prepare_for_training(model, config), reference
 
 
 def reference_logps(
