@@ -116,6 +116,35 @@ def test_quick_selfplay_experiment_alternates_stages_and_pairs_every_evaluation(
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
+def test_selfplay_training_only_scores_the_rules_on_the_rows_training_games(tmp_path):
+    """``--training-only`` evaluates nothing and scores every rule on the very games each row trained on:
+    its per-iteration rule accuracies are the ones the trainer logged on those games, and its pooled
+    sampled accuracy is the logged detection accuracy over the same votes."""
+    _smollm2_or_skip()
+    proc = subprocess.run(
+        [sys.executable, "experiments/selfplay_stages.py", "--quick", "--training-only", "--rows", "selfplay",
+         "--set", "game.n_players=3", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads((tmp_path / "selfplay_training.json").read_text())["rows"]
+    history = row["training"]
+    assert row["detection_accuracy"] == [h["env/detection_accuracy"] for h in history]
+    rollout, game = row["config"]["rollout"], row["config"]["game"]
+    games = rollout["documents_per_iteration"] * rollout["games_per_document"]
+    votes = len(history) * games * (game["n_players"] - 1)  # every game's civilians vote once (round 1)
+    assert row["model_sampled"]["n"] == votes and row["model_sampled"]["mean"] == pytest.approx(
+        sum(row["detection_accuracy"]) / len(history)
+    )
+    for logged, scored in zip(history, row["rules"]["per_iteration"], strict=True):
+        for name, value in scored.items():
+            assert value == pytest.approx(logged[f"env/rule_{name.replace('-', '_')}_accuracy"]), name
+    assert {entry["n"] for entry in row["rules"]["overall"].values()} == {votes}
+    assert not (tmp_path / "selfplay_stages.json").exists()
+    assert row["row"] in proc.stdout and "strongest rule" in proc.stdout
+
+
 def _selfplay_stages():
     from tests.helpers import experiment_module
 
