@@ -94,21 +94,19 @@ class SpyRLTrainer:
             config.model.name_or_path, tiny_dir=self.output_dir / "tiny-model", seed=config.run.seed
         )
         model, self.tokenizer = load_pretrained(self.model_path, dtype=config.model.dtype, device=config.model.device)
-        self.model, self.ref_model = trainable_model(model, config.model, config.loss.beta)
         from accelerate import Accelerator
 
         # One process: a plain loop. Under `accelerate launch`: DDP/FSDP/DeepSpeed as configured.
         self.accelerator = Accelerator(cpu=model.device.type == "cpu")
         self.distributed = self.accelerator.num_processes > 1
         self.rank = self.accelerator.process_index
+        if self.distributed:
+            model.to(self.accelerator.device)
+        self.model, self.ref_model = trainable_model(model, config.model, config.loss.beta)  # the reference beside it
         processes.check_sharding(config.rollout.generation, config.run.eval_games, self.sharding)
         self.documents_share = processes.documents_share(
             config.rollout.documents_per_iteration, self.accelerator.num_processes, self.rank
         )
-        if self.distributed:
-            for module in (self.model, self.ref_model):
-                if module is not None:
-                    module.to(self.accelerator.device)
         self.pad_id = (
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         )
