@@ -46,6 +46,7 @@ from spy_env.config import GameConfig
 from spy_env.extras import require
 from spy_env.heldout import METRICS, evaluate_heldout, paired_difference, summarize
 from spy_env.io import refuse_existing_outputs, save_figure, save_pretrained, write_text
+from spy_env.prompts import VOTE_OWN_FIRST
 from trainers import SpyRLConfig, SpyRLTrainer
 from trainers.documents import training_documents
 from trainers.extras import PLOTS
@@ -58,6 +59,7 @@ ROWS: dict[str, dict[str, Any]] = {
     "sampled-game": {"vote_gradient": "sampled", "detect_advantage_groups": "game"},
 }
 SHOWN = ("expected_accuracy", "detection_accuracy")
+VOTE_PROMPTS = {"default": {}, "own-first": {"vote": VOTE_OWN_FIRST}}  # --vote-prompt: game.prompts
 
 
 def evaluate(trainer: SpyRLTrainer, games: int, seed: int, config: GameConfig | None = None) -> list[dict]:
@@ -84,7 +86,7 @@ def summary(games: list[dict], base: list[dict] | None = None) -> dict[str, Any]
 
 def row_config(name: str, args: argparse.Namespace, iterations: int) -> SpyRLConfig:
     overrides = {**ROWS[name], "performer": "heuristic", "output_dir": str(Path(args.runs) / name), "progress": False}
-    overrides.update(keep_buffers=False, iterations=iterations)
+    overrides.update({"keep_buffers": False, "iterations": iterations, "game.prompts": VOTE_PROMPTS[args.vote_prompt]})
     if args.quick:
         overrides.update(documents_per_iteration=2)
     return SpyRLConfig.preset("smollm2-selfplay", **overrides).with_overrides(args.set)
@@ -150,8 +152,11 @@ def run_row(
 
 
 def default_setting(game: GameConfig) -> GameConfig:
-    """The default game (5 players, ``mask_spans``, full documents) on the same corpus as ``game``."""
-    return GameConfig.from_dict({"n_players": 5, "degrade": "mask_spans", "train_spy_vote": game.train_spy_vote})
+    """The default game (5 players, ``mask_spans``, full documents) on the same corpus as ``game``, its
+    prompts as ``game``'s (the layout the model was trained with)."""
+    return GameConfig.from_dict(
+        {"n_players": 5, "degrade": "mask_spans", "train_spy_vote": game.train_spy_vote, "prompts": dict(game.prompts)}
+    )
 
 
 def _line(evaluation: dict[str, Any]) -> str:
@@ -224,6 +229,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-every", type=int, default=None, help="iterations between evaluations (default 10)")
     p.add_argument("--default-games", type=int, default=None, help="default-setting games (0: skip; default 6)")
     p.add_argument("--seed", type=int, default=12345, help="seed of the held-out games")
+    p.add_argument(
+        "--vote-prompt",
+        choices=sorted(VOTE_PROMPTS),
+        default="default",
+        help="vote prompt layout of training and evaluation: the game's (default), or own-first (the voter's own "
+        "performance shown first, spy_env.prompts.VOTE_OWN_FIRST)",
+    )
     p.add_argument("--save-model", default=None, help="save the expected row's trained model in this folder")
     p.add_argument(
         "--init-model",

@@ -76,7 +76,7 @@ from spy_env.corpus import Document, game_documents
 from spy_env.degrade import DEGRADERS, DegradeContext, bag_of_words, most_similar
 from spy_env.game import Game, RoundResult, Stage
 from spy_env.parsing import TEXT_CHARSET, shingles
-from spy_env.prompts import format_performances
+from spy_env.prompts import defuse_tags, format_performances
 from spy_env.tasks import TASKS
 from spy_env.transcript import transcript
 
@@ -276,6 +276,7 @@ class GameHost:
             shown = game.shown_performances()
             targets[game.legal_targets(seat)] = 1
             fields["performances"] = format_performances(shown)
+            fields["own_performance"] = defuse_tags(shown[seat] or "")
             fields["legal_votes"] = ", ".join(str(s + 1) for s in game.legal_targets(seat))
         prompt = self.templates[stage.value].format(**fields)
         system = self.templates["system"].format(n_players=n, task=self.task.instruction)

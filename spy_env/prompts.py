@@ -6,7 +6,8 @@ Templates are ``str.format`` strings. Fields available:
 
 - ``system``: ``{n_players}``, ``{task}``
 - ``perform``: ``{player}``, ``{n_players}``, ``{round}``, ``{document}``, ``{task}``, ``{history}``
-- ``vote``: the ``perform`` fields plus ``{performances}`` and ``{legal_votes}``
+- ``vote``: the ``perform`` fields plus ``{performances}``, ``{legal_votes}`` and ``{own_performance}`` (the
+  voter's own performance alone, tags defused as in ``{performances}``)
 
 Players are "Player 1..n" in every prompt; seats are 0-based in code.
 
@@ -26,7 +27,16 @@ from collections.abc import Mapping, Sequence
 
 from spy_env.display import visible_skeleton
 
-__all__ = ["PERFORM", "SYSTEM", "TEMPLATE_FIELDS", "VOTE", "format_performances", "validate_templates"]
+__all__ = [
+    "PERFORM",
+    "SYSTEM",
+    "TEMPLATE_FIELDS",
+    "VOTE",
+    "VOTE_OWN_FIRST",
+    "defuse_tags",
+    "format_performances",
+    "validate_templates",
+]
 
 TEMPLATE_FIELDS: dict[str, frozenset[str]] = {
     "system": frozenset({"n_players", "task"}),
@@ -41,6 +51,7 @@ TEMPLATE_FIELDS: dict[str, frozenset[str]] = {
             "history",
             "performances",
             "legal_votes",
+            "own_performance",
         }
     ),
 }
@@ -71,6 +82,21 @@ VOTE = (
     "<vote>N/A</vote> to abstain."
 )
 
+# The voter's own performance first, as the reference the others are read against: a civilian compares
+# each performance with one text it knows is a civilian's instead of finding the odd one out of n. The
+# prompts then differ from the copy on, so civilians share only the copy and the task (see the layout note
+# above). Selected with ``GameConfig(prompts={"vote": VOTE_OWN_FIRST})``.
+VOTE_OWN_FIRST = (
+    "Your copy of the source text:\n<document>\n{document}\n</document>\n\n"
+    "Each player performed this task on its own copy: {task}.\n\n"
+    'You are Player {player}. Your own performance:\n<performance player="{player}" (you)>\n{own_performance}\n'
+    "</performance>\n\n"
+    "Every player's performance:\n{performances}{history}\n\n"
+    "Round {round}. Which player received the degraded copy? Compare each performance with your own and with "
+    "your copy: the spy's work tends to miss or contradict details of the source. Explain briefly, then end "
+    "your reply with <vote>k</vote>, where k is one of {legal_votes}, or <vote>N/A</vote> to abstain."
+)
+
 
 def validate_templates(templates: Mapping[str, str]) -> None:
     """Raise ``ValueError`` naming the template when it is unknown or uses an unknown field."""
@@ -98,7 +124,7 @@ def validate_templates(templates: Mapping[str, str]) -> None:
 _TAG = re.compile(r"</?performance")
 
 
-def _defuse_tags(text: str) -> str:
+def defuse_tags(text: str) -> str:
     """Replace the ``<`` of anything that reads as a ``performance`` tag with ``&lt;``."""
     skeleton, origin = visible_skeleton(text)
     starts = [origin[m.start()] for m in _TAG.finditer(skeleton)]
@@ -133,6 +159,6 @@ def format_performances(performances: Sequence[str | None], viewer: int | None =
         if text is None:
             continue
         you = " (you)" if viewer is not None and seat == viewer else ""
-        body = _defuse_tags(text)
+        body = defuse_tags(text)
         blocks.append(f'<performance player="{seat + 1}"{you}>\n{body}\n</performance>')
     return "\n".join(blocks)
