@@ -290,3 +290,21 @@ def test_training_games_of_a_scripted_performer_run_replay_without_the_model(tmp
     table = module.rule_table(replayed)
     assert set(table["overall"]) == {"shortest", "longest", "fewest-numbers", "first-seat", "odd-one-out"}
     assert len(table["per_iteration"]) == 2 and table["strongest"] in table["overall"]
+
+
+def test_the_vote_prompt_option_sets_the_layout_of_training_and_of_the_default_setting_games():
+    """vote_gradients.py --vote-prompt own-first: every row trains with the own-first vote template, and the
+    default-setting games it is scored on use the layout it was trained with; the default changes nothing."""
+    from tests.helpers import experiment_module
+
+    from spy_env.prompts import VOTE_OWN_FIRST
+
+    vote_gradients = experiment_module("vote_gradients")
+    for layout, prompts in (("own-first", {"vote": VOTE_OWN_FIRST}), ("default", {})):
+        args = vote_gradients.parser().parse_args(["--vote-prompt", layout, "--set", "game.n_players=5"])
+        config = vote_gradients.row_config("supervised", args, 3)
+        assert dict(config.game.prompts) == prompts and config.game.n_players == 5
+        default = vote_gradients.default_setting(config.game)
+        assert (default.n_players, default.degrade, dict(default.prompts)) == (5, "mask_spans", prompts)
+    with pytest.raises(SystemExit):
+        vote_gradients.parser().parse_args(["--vote-prompt", "nope"])
