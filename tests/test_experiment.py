@@ -295,9 +295,8 @@ def test_training_games_of_a_scripted_performer_run_replay_without_the_model(tmp
 def test_the_vote_prompt_option_sets_the_layout_of_training_and_of_the_default_setting_games():
     """vote_gradients.py --vote-prompt own-first: every row trains with the own-first vote template, and the
     default-setting games it is scored on use the layout it was trained with; the default changes nothing."""
-    from tests.helpers import experiment_module
-
     from spy_env.prompts import VOTE_OWN_FIRST
+    from tests.helpers import experiment_module
 
     vote_gradients = experiment_module("vote_gradients")
     for layout, prompts in (("own-first", {"vote": VOTE_OWN_FIRST}), ("default", {})):
