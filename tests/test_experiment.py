@@ -307,3 +307,51 @@ def test_the_vote_prompt_option_sets_the_layout_of_training_and_of_the_default_s
         assert (default.n_players, default.degrade, dict(default.prompts)) == (5, "mask_spans", prompts)
     with pytest.raises(SystemExit):
         vote_gradients.parser().parse_args(["--vote-prompt", "nope"])
+
+
+def test_the_fit_check_fits_fixed_votes_on_documents_its_check_votes_never_share(tiny_model_dir, tmp_path):
+    """experiments/vote_fit.py: the fitted and the check games come from disjoint parts of the training split
+    (never a held-out document); each vote's label is the spy's seat among its legal seats; the prompts'
+    shared prefix changes no log-probability; a few epochs at a high rate fit the fixed votes; and an
+    existing result is never overwritten."""
+    import torch
+
+    from agents.hf import load_pretrained
+    from spy_env.config import GameConfig
+    from tests.helpers import experiment_module
+    from trainers.documents import training_documents
+
+    module = experiment_module("vote_fit")
+    fit_config, check_config = module.game_configs("default", 2 / 3)
+    fit_ids, check_ids = {d.id for d in fit_config.corpus}, {d.id for d in check_config.corpus}
+    train, heldout = training_documents(GameConfig.from_dict(module.SETTINGS["default"]), 0.2, 0)
+    assert fit_ids and check_ids and not fit_ids & check_ids
+    assert fit_ids | check_ids == {d.id for d in train} and not (fit_ids | check_ids) & {d.id for d in heldout}
+
+    model, tokenizer = load_pretrained(str(tiny_model_dir), dtype="float32", device="cpu")
+    votes = module.vote_set(fit_config, 2, 0, tokenizer)
+    assert len(votes) == 8 and {v.game for v in votes} == {0, 1}  # 4 civilians a game
+    assert all(v.rules["odd-one-out"] == 1.0 for v in votes)  # the civilians' texts are identical: the label differs
+    shared = module.seat_logprobs(model, votes[:4], tokenizer.eos_token_id)
+    for vote, logq in zip(votes[:4], shared, strict=True):
+        alone = torch.log_softmax(model(torch.tensor([vote.ids])).logits[0, -1][vote.seat_tokens], dim=-1)
+        torch.testing.assert_close(logq, alone, atol=1e-4, rtol=1e-4)
+
+    out = tmp_path / "fit.json"
+    command = [sys.executable, "experiments/vote_fit.py", "--model", str(tiny_model_dir), "--fit-games", "2",
+               "--check-games", "1", "--epochs", "3", "--lr", "3e-3", "--out", str(out)]  # fmt: skip
+    subprocess.run(command, check=True, capture_output=True, timeout=600, cwd=ROOT)
+    result = json.loads(out.read_text())
+    assert [e["epoch"] for e in result["epochs"]] == [0, 1, 2, 3] and result["votes"] == {"fit": 8, "check": 4}
+    first, last = result["epochs"][0]["fit"], result["epochs"][-1]["fit"]
+    assert last["loss"] < first["loss"] - 0.1 and last["expected"]["mean"] > first["expected"]["mean"]
+    assert result["rules"]["fit"]["odd-one-out"]["mean"] == 1.0
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert again.returncode == 2 and again.stderr.startswith("error:") and again.stderr.count("\n") == 1
+    deep = [*command[:-1], str(tmp_path / "deep.json"), "--top-layers", "99"]  # the tiny model has 2 blocks
+    wrong = subprocess.run(deep, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert (
+        wrong.returncode == 2
+        and wrong.stderr.startswith("error: --top-layers 99")
+        and not (tmp_path / "deep.json").exists()
+    )
