@@ -161,10 +161,17 @@ def measure(model: Any, votes: list[Vote], pad_id: int) -> dict[str, Any]:
 
 
 def train_epoch(
-    model: Any, optimizer: Any, votes: list[Vote], batch: int, pad_id: int, rng: np.random.Generator
+    model: Any,
+    optimizer: Any,
+    votes: list[Vote],
+    batch: int,
+    pad_id: int,
+    rng: np.random.Generator,
+    after_step: Any = None,
 ) -> float:
     """One pass over ``votes``' games in a seeded order, a step every ``batch`` games (the mean of their
-    votes' −log q(spy)); returns the mean loss of each vote before its step."""
+    votes' −log q(spy)), ``after_step(votes_in_step)`` called after each (the pass ends early when it
+    returns True); returns the mean loss of each vote before its step."""
     import torch
 
     model.train()
@@ -181,7 +188,36 @@ def train_epoch(
             losses += loss.detach().tolist()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        if after_step is not None:
+            if after_step(count):
+                break
+            model.train()
     return float(np.mean(losses))
+
+
+class Curve:
+    """The check set's expected accuracy every ``every`` optimizer steps (none when ``every`` is 0),
+    against the fitted votes seen so far and the minutes since ``start``; past ``deadline`` seconds
+    (0: none) a step says stop."""
+
+    def __init__(self, model: Any, check: list[Vote], pad_id: int, every: int, start: float, deadline: float) -> None:
+        self.model, self.check, self.pad_id, self.every, self.start = model, check, pad_id, every, start
+        self.deadline = deadline
+        self.steps = self.votes = 0
+        self.points: list[dict[str, Any]] = []
+
+    def step(self, votes: int) -> bool:
+        self.steps += 1
+        self.votes += votes
+        if self.every and self.steps % self.every == 0:
+            check = measure(self.model, self.check, self.pad_id)
+            minutes = (time.monotonic() - self.start) / 60
+            self.points.append({"steps": self.steps, "votes": self.votes, "minutes": minutes, "check": check})
+            print(f"  step {self.steps} ({self.votes} votes): check q(spy) {check['expected']['mean']:.3f}", flush=True)
+        return self.out_of_time()
+
+    def out_of_time(self) -> bool:
+        return bool(self.deadline) and time.monotonic() - self.start > self.deadline
 
 
 def rule_table(votes: list[Vote]) -> dict[str, dict[str, float]]:
@@ -190,14 +226,14 @@ def rule_table(votes: list[Vote]) -> dict[str, dict[str, float]]:
     return {name: bootstrap(per_game(votes, [v.rules[name] for v in votes])).to_dict() for name in votes[0].rules}
 
 
-def load_model(spec: str, workdir: str) -> tuple[Any, Any]:
+def load_model(spec: str, workdir: str, device: str) -> tuple[Any, Any]:
     import torch
 
     from agents.hf import load_pretrained
     from agents.models import resolve_model_path
 
     torch.manual_seed(0)
-    return load_pretrained(resolve_model_path(spec, tiny_dir=workdir), dtype="float32", device="cpu")
+    return load_pretrained(resolve_model_path(spec, tiny_dir=workdir), dtype="float32", device=device)
 
 
 def parse(argv: list[str] | None) -> Any:
@@ -217,6 +253,11 @@ def parse(argv: list[str] | None) -> Any:
     p.add_argument("--top-layers", type=int, default=0,
                    help="train only the last N decoder blocks and the final norm (embeddings frozen); 0: every weight")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (fp32 on any)")
+    p.add_argument("--check-every", type=int, default=0,
+                   help="also score the check set every N steps (a curve within epochs); 0: after each epoch only")  # fmt: skip
+    p.add_argument("--max-minutes", type=float, default=0.0,
+                   help="stop at the first step past this many minutes (the epoch then scored as far as it went); 0: none")  # fmt: skip
     args = p.parse_args(argv)
     if args.top_layers < 0:
         p.error("--top-layers must be 0 (every weight) or more")
@@ -225,6 +266,15 @@ def parse(argv: list[str] | None) -> Any:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if not args.lr > 0:
         p.error("--lr must be positive")
+    if args.check_every < 0 or args.max_minutes < 0:
+        p.error("--check-every and --max-minutes must be 0 (off) or more")
+    if args.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            p.error(f"--device {args.device}: torch sees no CUDA device here")
+    elif args.device not in ("cpu", "auto"):
+        p.error(f"--device {args.device}: expected cpu, cuda, cuda:N or auto")
     return args
 
 
@@ -240,7 +290,7 @@ def row(epoch: int, seconds: float, fit: dict, check: dict, train_loss: float | 
 def run(args: Any) -> dict[str, Any]:
     start = time.monotonic()
     with tempfile.TemporaryDirectory() as workdir:
-        model, tokenizer = load_model(args.model, workdir)
+        model, tokenizer = load_model(args.model, workdir, args.device)
         return trained(args, model, tokenizer, start)
 
 
@@ -263,10 +313,14 @@ def trained(args: Any, model: Any, tokenizer: Any, start: float) -> dict[str, An
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     before = measure(model, fit, pad_id), measure(model, check, pad_id)
     epochs = [row(0, time.monotonic() - start, *before, None)]
+    curve = Curve(model, check, pad_id, args.check_every, start, args.max_minutes * 60)
     for epoch in range(1, args.epochs + 1):
-        train_loss = train_epoch(model, optimizer, fit, args.batch, pad_id, rng)
+        train_loss = train_epoch(model, optimizer, fit, args.batch, pad_id, rng, curve.step)
         after = measure(model, fit, pad_id), measure(model, check, pad_id)
-        epochs.append(row(epoch, time.monotonic() - start, *after, train_loss))
+        epochs.append(row(epoch, time.monotonic() - start, *after, train_loss) | {"votes_seen": curve.votes})
+        if curve.out_of_time():
+            print(f"stopped in epoch {epoch} after {curve.votes} votes: past --max-minutes", flush=True)
+            break
     sets = {"fit": fit, "check": check}
     return {
         "command": command_of(__file__, args.argv),
@@ -281,11 +335,14 @@ def trained(args: Any, model: Any, tokenizer: Any, start: float) -> dict[str, An
             "top_layers": args.top_layers,
             "optimizer": "AdamW",
             "dtype": "float32",
+            "device": str(next(model.parameters()).device),
         },
         "chance": float(np.mean([1 / len(v.seat_tokens) for v in fit])),
         "uniform_loss": float(np.mean([math.log(len(v.seat_tokens)) for v in fit])),
         "rules": {name: rule_table(votes) for name, votes in sets.items()},
         "epochs": epochs,
+        "stopped_early": curve.votes < args.epochs * len(fit),  # --max-minutes ended it
+        "curve": curve.points,  # the check set every --check-every steps (empty when 0)
     }
 
 
