@@ -27,7 +27,14 @@ of games on other documents (does what it fits carry over?).
     python experiments/vote_fit.py --epochs 5 --lr 2e-5 --out docs/experiment/vote_fit/default_lr2e-5.json
     python experiments/vote_fit.py --setting eased --epochs 3 --lr 2e-5 --out docs/experiment/vote_fit/eased_lr2e-5.json
 
-The four committed runs and what they show: docs/experiment/default_game.md.
+- ``--device cuda`` runs the same loop on a GPU (fp32), where thousands of votes fit in minutes;
+  ``--check-every N`` scores the check set every N steps (a curve against votes and minutes) and
+  ``--max-minutes`` ends a run at its first step past the limit, the partial epoch scored.
+  ``experiments/vote_fit_plot.py`` draws the curves.
+
+    python experiments/vote_fit.py --device cuda --fit-games 1024 --check-games 96 --epochs 12 --lr 1e-5 --check-every 64 --max-minutes 5 --out default_1024_lr1e-5.json
+
+The committed runs (CPU and GPU) and what they show: docs/experiment/default_game.md.
 """
 
 from __future__ import annotations

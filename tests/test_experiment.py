@@ -312,8 +312,8 @@ def test_the_vote_prompt_option_sets_the_layout_of_training_and_of_the_default_s
 def test_the_fit_check_fits_fixed_votes_on_documents_its_check_votes_never_share(tiny_model_dir, tmp_path):
     """experiments/vote_fit.py: the fitted and the check games come from disjoint parts of the training split
     (never a held-out document); each vote's label is the spy's seat among its legal seats; the prompts'
-    shared prefix changes no log-probability; a few epochs at a high rate fit the fixed votes; and an
-    existing result is never overwritten."""
+    shared prefix changes no log-probability; a few epochs at a high rate fit the fixed votes; an
+    existing result is never overwritten; a time limit ends a run at a step, with its curve."""
     import torch
 
     from agents.hf import load_pretrained
@@ -355,3 +355,24 @@ def test_the_fit_check_fits_fixed_votes_on_documents_its_check_votes_never_share
         and wrong.stderr.startswith("error: --top-layers 99")
         and not (tmp_path / "deep.json").exists()
     )
+    # --max-minutes stops at the first step past it and scores the partial epoch; --check-every draws the curve
+    short = [*command[:-1], str(tmp_path / "short.json"), "--check-every", "1", "--max-minutes", "1e-6"]
+    subprocess.run(short, check=True, capture_output=True, timeout=600, cwd=ROOT)
+    stopped = json.loads((tmp_path / "short.json").read_text())
+    assert stopped["stopped_early"] and [e["epoch"] for e in stopped["epochs"]] == [0, 1]
+    one_step = 8  # 2 games of 4 civilian votes
+    assert stopped["epochs"][1]["votes_seen"] == one_step and [c["votes"] for c in stopped["curve"]] == [one_step]
+    assert 0 <= stopped["curve"][0]["check"]["expected"]["mean"] <= 1 and not result["stopped_early"]
+    png = tmp_path / "curves.png"  # experiments/vote_fit_plot.py draws both runs' points, the curve's included
+    plot = [sys.executable, "experiments/vote_fit_plot.py", str(out), str(tmp_path / "short.json"), "--out", str(png)]
+    subprocess.run(plot, check=True, capture_output=True, timeout=600, cwd=ROOT)
+    assert png.read_bytes().startswith(b"\x89PNG")
+    drawn = [(votes, minutes) for votes, minutes, _ in experiment_module("vote_fit_plot").points(stopped)]
+    assert drawn == [(0, stopped["epochs"][0]["minutes"]), (one_step, stopped["curve"][0]["minutes"])]
+    again = subprocess.run(plot, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert again.returncode == 2 and again.stderr.count("\n") == 1 and "exists" in again.stderr
+    for device, said in [("tpu", "expected cpu, cuda, cuda:N or auto"), ("cuda", "torch sees no CUDA device")]:
+        if device == "cuda" and torch.cuda.is_available():
+            continue
+        refused = subprocess.run([*short, "--device", device], capture_output=True, text=True, timeout=600, cwd=ROOT)
+        assert refused.returncode == 2 and f"error: --device {device}: {said}" in refused.stderr
