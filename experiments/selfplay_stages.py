@@ -93,12 +93,17 @@ DETECT = ("expected_accuracy", "detection_accuracy")
 PARTS = (("spy", SPY), ("panel", PANEL), ("detect", DETECT), ("detect_v1", DETECT))
 
 
-def row_config(name: str, args: argparse.Namespace) -> SpyRLConfig:
+def row_config(name: str, args: argparse.Namespace, *, start: bool = True) -> SpyRLConfig:
+    """One row's configuration; with ``start`` its model is ``--init-model`` where one is given (the base
+    model otherwise: the one every evaluation is paired with and whose votes are the fixed panel)."""
     overrides = {**BASE, **ROWS[name], "output_dir": str(Path(args.runs) / name), "iterations": args.iterations}
     overrides["game"] = dict(GAME)
     if args.quick:
         overrides.update(documents_per_iteration=1, max_completion_tokens=48, k_min=1)
-    return SpyRLConfig.preset("smollm2-selfplay", **overrides).with_overrides(args.set)
+    config = SpyRLConfig.preset("smollm2-selfplay", **overrides).with_overrides(args.set)
+    if start and args.init_model:
+        config = config.with_overrides([f"model.name_or_path={args.init_model}"])
+    return config
 
 
 class Replay:
@@ -151,8 +156,8 @@ def _mean(games: list[dict], metric: str) -> Any:
 
 
 def probe(args: argparse.Namespace) -> dict[str, Any]:
-    """The untrained model in every seat on ``--probe`` iterations' training games (no update): how often its
-    sampled votes and each rule's find the spy among the model's own performances, first round."""
+    """The starting model (the base, or ``--init-model``) in every seat on ``--probe`` iterations' training games
+    (no update): how often its sampled votes and each rule's find the spy among its own performances, first round."""
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as runs:  # nothing is trained, so nothing of the run is kept
         config = row_config("selfplay", args)
@@ -164,6 +169,7 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
     votes = [r for r in rows if r["stage"] == Stage.VOTE and r["round"] == 0 and r["role"] == "civilian"]
     expected = [r["vote_probs"][r["spy_seat"]] if len(r["vote_probs"]) else math.nan for r in votes]
     out = {
+        "model": config.model.name_or_path,
         "games": len({r["game_id"] for r in rows}),
         "civilian_votes": len(votes),
         "chance": 1 / (config.game.n_players - 1),
@@ -196,12 +202,15 @@ def run_row(name: str, args: argparse.Namespace, base: dict[str, Any] | None) ->
     """Train one row; evaluate the base model first (once for all rows, on the same games)."""
     config = row_config(name, args)
     start = time.perf_counter()
-    trainer = SpyRLTrainer(config)
+    trainer = SpyRLTrainer(row_config(name, args, start=False))
     panel_model = copy.deepcopy(trainer.unwrapped).eval()  # the base model's votes: a fixed panel
     panel = learner_policy(config.decoding, config.rollout, panel_model, trainer.tokenizer, greedy=True)
     if base is None:
         base = {"games": evaluate(trainer, panel, args), "minutes": (time.perf_counter() - start) / 60}
         logging.info("base: %s", _line(summary(base["games"])))
+    if args.init_model:  # training starts from the saved model; every gain stays paired with the base model
+        del trainer
+        trainer = SpyRLTrainer(config)
     start = time.perf_counter()
     history = train(name, trainer)
     train_minutes = (time.perf_counter() - start) / 60
@@ -209,6 +218,7 @@ def run_row(name: str, args: argparse.Namespace, base: dict[str, Any] | None) ->
     row = {
         "row": name,
         "overrides": ROWS[name],
+        "init_model": args.init_model,
         "config": config.to_dict(),
         "heldout_documents": [d.id for d in trainer.eval_documents],
         "train_minutes": train_minutes,
@@ -235,6 +245,7 @@ def training_row(name: str, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "row": name,
         "overrides": ROWS[name],
+        "init_model": args.init_model,
         "config": config.to_dict(),
         "train_minutes": history[-1]["minutes"],
         "detection_accuracy": [h["env/detection_accuracy"] for h in history],
@@ -327,6 +338,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--leaderboard-games", type=int, default=None, help="first games of detect-v1 (default 48)")
     p.add_argument("--seed", type=int, default=12345, help="seed of the held-out detection games")
     p.add_argument(
+        "--init-model", default=None, metavar="DIR",
+        help="start every row (and --probe, --training-only) from this saved model (a --save-model folder of "
+        "vote_gradients.py) instead of the preset's; every gain stays paired with the preset's base model, "
+        "and the base model's votes stay the fixed panel",
+    )  # fmt: skip
+    p.add_argument(
         "--probe", type=int, default=0, metavar="N",
         help="only play N iterations' training games with the untrained model (no update) and write "
         "selfplay_probe.json: how often its votes and each rule find the spy among its own performances",
@@ -350,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     args.runs = args.runs or str(out / "runs")
     try:  # before the training, not after
+        if args.init_model and not (Path(args.init_model) / "config.json").is_file():
+            raise ValueError(f"--init-model {args.init_model!r} is not a saved model folder (no config.json)")
         if not rows or set(rows) - set(ROWS):
             raise ValueError(f"--rows must name rows among {list(ROWS)}, got {args.rows!r}")
         for name in full:

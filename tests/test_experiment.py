@@ -167,6 +167,28 @@ def test_selfplay_probe_plays_training_games_without_training(tmp_path):
     assert not (tmp_path / "selfplay_stages.json").exists() and not (tmp_path / "runs").exists()
 
 
+def test_selfplay_init_model_starts_the_probe_from_a_saved_model_and_refuses_a_folder_without_one(
+    tiny_model_dir, tmp_path
+):
+    """``--init-model``: the saved model plays every seat of the probe; a folder that holds no saved model is
+    one ``error:`` line before any work."""
+    proc = subprocess.run(
+        [sys.executable, "experiments/selfplay_stages.py", "--quick", "--probe", "1", "--set", "game.n_players=3",
+         "--set", "train_top_layers=0", "--init-model", str(tiny_model_dir), "--out", str(tmp_path / "probe")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    probe = json.loads((tmp_path / "probe" / "selfplay_probe.json").read_text())
+    assert probe["model"] == str(tiny_model_dir) and probe["games"] == 1 and probe["civilian_votes"] == 2
+    proc = subprocess.run(
+        [sys.executable, "experiments/selfplay_stages.py", "--quick", "--init-model", str(tmp_path),
+         "--out", str(tmp_path / "nothing")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --init-model") and "Traceback" not in proc.stderr
+    assert not (tmp_path / "nothing").exists()
+
+
 @pytest.mark.parametrize("script", ["smollm2_selfplay.py", "selfplay_stages.py"])
 def test_experiment_rejects_unknown_rows(tmp_path, script):
     proc = subprocess.run(
