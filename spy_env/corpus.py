@@ -36,6 +36,8 @@ from spy_env.parsing import clean_text
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "DOCUMENT_SPLITS",
+    "HELDOUT_FRACTION",
     "NEMOTRON_CONFIGS",
     "NEMOTRON_ID",
     "CorpusFilter",
@@ -63,9 +65,11 @@ class Document:
 
 
 HELDOUT_SALT = "spyrl-heldout-v1"
+HELDOUT_FRACTION = 0.2  # the share every preset, the leaderboard sets and ``--documents heldout`` hold out
+DOCUMENT_SPLITS = ("all", "train", "heldout")
 
 
-def is_heldout(document_id: str, fraction: float = 0.2, salt: str = HELDOUT_SALT) -> bool:
+def is_heldout(document_id: str, fraction: float = HELDOUT_FRACTION, salt: str = HELDOUT_SALT) -> bool:
     """Whether a document belongs to the held-out split: a hash of its id, not its position.
 
     The split is stable when a corpus is reordered, filtered or grown, so the same documents are
@@ -80,7 +84,7 @@ def is_heldout(document_id: str, fraction: float = 0.2, salt: str = HELDOUT_SALT
 
 
 def split_documents(
-    documents: Sequence[Document], fraction: float = 0.2, salt: str = HELDOUT_SALT
+    documents: Sequence[Document], fraction: float = HELDOUT_FRACTION, salt: str = HELDOUT_SALT
 ) -> tuple[list[Document], list[Document]]:
     """``(train, heldout)``: the documents :func:`is_heldout` keeps for training and for evaluation."""
     if not 0 <= fraction < 1:

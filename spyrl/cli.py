@@ -20,6 +20,7 @@ from rich.text import Text
 from agents.decoding import ANSWER_MODES, VOTE_MODES, DecodingOptions
 from agents.registry import BACKENDS, backend_of, spec_forms
 from spy_env.config import GameConfig
+from spy_env.corpus import DOCUMENT_SPLITS
 from spy_env.degrade import DEGRADERS
 from spy_env.display import markup_safe, terminal_safe
 from spy_env.extras import Extra, require
@@ -59,6 +60,13 @@ def _add_game_args(p: argparse.ArgumentParser, default_agent: str = "heuristic")
         help="'embedded', 'nemotron[:CONFIG]', 'hf:ID[:CONFIG]' or a path",
     )
     g.add_argument("--max-documents", type=int, default=None)
+    g.add_argument(
+        "--documents",
+        choices=DOCUMENT_SPLITS,
+        default="all",
+        help="which of the corpus's documents to play: all, the training split, or the held-out split no preset "
+        "trains on (a hash of each document's id, as the trainer and the leaderboard sets split them)",
+    )
     g.add_argument("--seed", type=_seed, default=0)
     a = p.add_argument_group("agents")
     a.add_argument(
@@ -132,7 +140,7 @@ def _seed(text: str) -> int:
 
 
 def _game_config(args: argparse.Namespace) -> GameConfig:
-    return GameConfig(
+    config = GameConfig(
         n_players=args.players,
         rounds=args.rounds,
         degrade=args.degrade,
@@ -141,6 +149,15 @@ def _game_config(args: argparse.Namespace) -> GameConfig:
         corpus=args.corpus,
         max_documents=args.max_documents,
     )
+    if args.documents == "all":
+        return config
+    from spy_env.corpus import game_documents, split_documents
+
+    train, heldout = split_documents(list(game_documents(config)))
+    chosen = heldout if args.documents == "heldout" else train
+    if len(chosen) < (2 if config.degrade == "neighbor" else 1):
+        raise ValueError(f"--documents {args.documents} leaves {len(chosen)} document(s) of --corpus {args.corpus}")
+    return dataclasses.replace(config, corpus=tuple(chosen), max_documents=None)
 
 
 # Outputs this command created empty (O_EXCL) before its work, so that a second command writing
@@ -495,6 +512,7 @@ def cmd_tournament(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         max_forfeit_rate=args.max_forfeit_rate,
     )
+    result.config.update(corpus=args.corpus, documents=args.documents)  # the spec and split, not "<N rows>"
     paths = result.save(args.out)
     echo(result.table())
     console.print(f"written to {markup_safe(args.out)}: " + ", ".join(p.name for p in paths.values()))

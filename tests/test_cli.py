@@ -108,6 +108,32 @@ def test_tournament_command(tmp_path):
     assert {p.name for p in tmp_path.iterdir()} >= {"games.parquet", "summary.json", "chart.png"}
 
 
+def test_documents_heldout_plays_only_the_documents_no_preset_trains_on(tmp_path):
+    """``--documents heldout`` (a tournament of trained models) and ``train`` split the corpus by the hash of each
+    document's id, as the trainer does; a split that leaves no document is one error line."""
+    import json
+
+    from spy_env.buffer import read_dataset
+    from spy_env.corpus import is_heldout, load_embedded
+
+    spyrl("tournament", "--agents", "heuristic,random", "--games", "12", "--documents", "heldout",
+          "--out", str(tmp_path / "t"), "--quiet")  # fmt: skip
+    played = {row["document_id"] for row in read_dataset(tmp_path / "t" / "games.parquet")}
+    heldout = {doc.id for doc in load_embedded() if is_heldout(doc.id)}
+    assert played and played <= heldout and len(heldout) < len(load_embedded())
+    summary = json.loads((tmp_path / "t" / "summary.json").read_text())
+    assert summary["config"]["documents"] == "heldout" and summary["config"]["corpus"] == "embedded"
+    spyrl("rollout", "--games", "20", "--documents", "train", "--out", str(tmp_path / "r.parquet"), "--quiet")
+    played = {row["document_id"] for row in read_dataset(tmp_path / "r.parquet")}
+    assert played and not played & heldout
+    assert not is_heldout(load_embedded()[0].id)  # so the held-out split of the first document alone is empty
+    proc = subprocess.run(
+        [sys.executable, "-m", "spyrl", "play", "--documents", "heldout", "--max-documents", "1"],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --documents ") and "Traceback" not in proc.stderr
+
+
 def test_play_with_a_mixed_table_and_a_saved_buffer(tmp_path):
     out = spyrl(
         "play",

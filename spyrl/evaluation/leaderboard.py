@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from spy_env.config import GameConfig
-from spy_env.corpus import HELDOUT_SALT, CorpusFilter, Document, load_corpus, split_documents
+from spy_env.corpus import HELDOUT_FRACTION, HELDOUT_SALT, CorpusFilter, Document, load_corpus, split_documents
 from spy_env.env import parallel_env
 from spy_env.heldout import Interval, bootstrap
 from spy_env.io import parse_json, write_text
@@ -69,7 +69,6 @@ RELEASED_SHA256 = {
     "spy-v1": "3ae3a8a2b69ac78f235e6d8c38e9bd3897f51bd0700eb24590fc5ed6592b82e0",
 }
 NUM_GAMES = 100
-HELDOUT_FRACTION = 0.2
 ABSTAIN = "<vote>N/A</vote>"
 # What each set reports, headline first.
 METRICS = {
