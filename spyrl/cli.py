@@ -20,7 +20,7 @@ from rich.text import Text
 from agents.decoding import ANSWER_MODES, VOTE_MODES, DecodingOptions
 from agents.registry import BACKENDS, backend_of, spec_forms
 from spy_env.config import GameConfig
-from spy_env.corpus import DOCUMENT_SPLITS
+from spy_env.corpus import DOCUMENT_SPLITS, game_documents, split_documents
 from spy_env.degrade import DEGRADERS
 from spy_env.display import markup_safe, terminal_safe
 from spy_env.extras import Extra, require
@@ -151,8 +151,6 @@ def _game_config(args: argparse.Namespace) -> GameConfig:
     )
     if args.documents == "all":
         return config
-    from spy_env.corpus import game_documents, split_documents
-
     train, heldout = split_documents(list(game_documents(config)))
     chosen = heldout if args.documents == "heldout" else train
     if len(chosen) < (2 if config.degrade == "neighbor" else 1):
