@@ -152,6 +152,17 @@ class SpyRLConfig:
             raise bad(
                 advantages, "vote_gradient", "'sampled' or 'supervised' unless decoding.temperature is 1 and top_p 1"
             )
+        if advantages.perform_reward == "expected" and (
+            decoding.vote_mode == "free"
+            or rollout.generation != "hf"
+            or decoding.temperature != 1
+            or decoding.top_p < 1
+        ):  # m̃ = Σ q needs the votes drawn from the recorded q (trainers/perform_rewards.py)
+            raise bad(
+                advantages,
+                "perform_reward",
+                "'sampled' unless votes are constrained or think-then-vote, rollout.generation hf, temperature 1, top_p 1",
+            )
         if rollout.forward_votes and (
             decoding.vote_mode != "constrained" or rollout.generation != "hf" or decoding.top_p < 1
         ):

@@ -59,6 +59,7 @@ from trainers.logprobs import sequence_logps
 from trainers.loss import LossScale, loss_items
 from trainers.metrics import TrainingProgress, iteration_metrics, rule_metrics
 from trainers.models import reference_logps, trainable_model
+from trainers.perform_rewards import perform_stage_rewards
 from trainers.policies import learner_policy, seat_policy
 from trainers.samples import (
     Sample,
@@ -217,7 +218,10 @@ class SpyRLTrainer:
             max_prompt_tokens=c.rollout.max_prompt_tokens,
             spy_vote_in_group=c.advantages.spy_vote_in_group,
         )
-        rewards, penalties = stage_rewards(rows, stage, c.advantages, c.game)
+        if stage is Stage.PERFORM and c.advantages.perform_reward == "expected":
+            rewards, penalties = perform_stage_rewards(rows, buffer, c.advantages, c.game)
+        else:
+            rewards, penalties = stage_rewards(rows, stage, c.advantages, c.game)
         means = stats = None
         if stage is Stage.PERFORM and c.advantages.rae and self.distributed:  # global role means keep baselines in sync
             means = role_means(self.all_reduce(role_reward_sums(rewards, [r["role"] for r in rows])))

@@ -94,6 +94,11 @@ class AdvantageConfig:
     perform_group_norm: bool = setting(
         False, "Also scale performing advantages by the std within replay_setup groups: A = (r − b_role)/(std_g + ε)."
     )
+    perform_reward: Literal["sampled", "expected"] = setting(
+        "sampled",
+        "Performing reward: sampled (the paper's: votes as cast) or expected (votes received = Σ of the voters' "
+        "recorded choice probabilities: same mean, less variance; not the paper's). trainers/perform_rewards.py.",
+    )
 
     def __post_init__(self) -> None:
         check_section(self, non_negative=("advantage_eps",), fractions=("rae_alpha",))
