@@ -133,8 +133,13 @@ def test_a_voter_without_a_distribution_counts_its_cast_vote_and_a_forfeit_count
 
 @pytest.mark.parametrize(
     "overrides",
-    [["vote_mode=free", "vote_gradient=sampled"], ["temperature=0.7", "vote_gradient=sampled"]],
+    [
+        ["vote_mode=free", "vote_gradient=sampled"],
+        ["temperature=0.7", "vote_gradient=sampled"],
+        ["perform_group_norm=true"],
+    ],
 )
 def test_expected_perform_reward_refuses_votes_not_drawn_from_their_recorded_distribution(overrides):
+    """And group scaling: RAE-centred advantages over a replay group's std, which continuous rewards make tiny."""
     with pytest.raises(ValueError, match="perform_reward"):
         SpyRLConfig.preset("cpu-smoke", perform_reward="expected").with_overrides(overrides)

@@ -163,6 +163,10 @@ class SpyRLConfig:
                 "perform_reward",
                 "'sampled' unless votes are constrained or think-then-vote, rollout.generation hf, temperature 1, top_p 1",
             )
+        if advantages.perform_reward == "expected" and advantages.perform_group_norm:
+            # (r − b_role)/(std_g + ε) is only centred by b_role: continuous rewards whose replays differ by a
+            # hair divide a large r − b by a tiny std (a gradient norm of 3,424 in issue #26's sixth attempt)
+            raise bad(advantages, "perform_reward", "'sampled' when perform_group_norm is on")
         if rollout.forward_votes and (
             decoding.vote_mode != "constrained" or rollout.generation != "hf" or decoding.top_p < 1
         ):

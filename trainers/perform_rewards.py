@@ -11,7 +11,9 @@
   civilians' gets a lower reward even in a game where no sampled vote happened to land on it, and one
   setup replayed G times gives its G performances different rewards whenever the voters' distributions
   differ. Not the paper's estimator; it needs the votes drawn from the recorded ``q`` (constrained or
-  think-then-vote votes of the ``hf`` rollout at temperature 1, top-p 1: ``SpyRLConfig`` checks it).
+  think-then-vote votes of the ``hf`` rollout at temperature 1, top-p 1: ``SpyRLConfig`` checks it), and
+  ``perform_group_norm`` off: RAE-centred advantages divided by a replay group's std, which rewards that
+  differ by a hair make tiny, blow up (``SpyRLConfig`` refuses the pair).
 
 The rewards stay zero-sum over a round's alive seats for every set of distributions.
 """
