@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import command_of, experiment_parser, user_error
+from spy_signal import alignment, spy_signals
 from training_rules import rule_table
 
 from agents.rules import RULES, played_shares, played_votes
@@ -179,6 +180,8 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
     }
     tokens = [len(r["completion_token_ids"]) for r in rows if r["stage"] == Stage.PERFORM]
     out["mean_performance_tokens"] = sum(tokens) / len(tokens)
+    signals = spy_signals(rows, config.game)  # the spy's texts under its own votes and spy-v1's detectors
+    out["spy_signal"] = {**alignment(signals), "texts_scored": signals}
     return out
 
 
