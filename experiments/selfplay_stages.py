@@ -38,6 +38,11 @@ accuracies say whether it did).
     python experiments/selfplay_stages.py --out docs/experiment/selfplay
     python experiments/selfplay_stages.py --quick --out /tmp/quick      # a few minutes: what CI runs
     python experiments/selfplay_stages.py --training-only --out /tmp/rules   # the rules on the training games
+
+``--probe N`` plays N iterations' training games with the starting model and trains nothing: how often its
+votes and each rule find the spy among its own performances, and, for every spy text, the votes its own
+voters, heuristic detectors in the same game and spy-v1's detectors in spy-v1's scene of the same copy put
+on it, with each signal's within-setup correlation with spy-v1's (``experiments/spy_signal.py``).
 """
 
 from __future__ import annotations
@@ -349,7 +354,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--probe", type=int, default=0, metavar="N",
         help="only play N iterations' training games with the untrained model (no update) and write "
-        "selfplay_probe.json: how often its votes and each rule find the spy among its own performances",
+        "selfplay_probe.json: how often its votes and each rule find the spy among its own performances, and "
+        "how its own votes on each spy text agree with spy-v1's detectors (experiments/spy_signal.py)",
     )  # fmt: skip
     p.add_argument(
         "--training-only", action="store_true",

@@ -128,6 +128,7 @@ def alignment(records: Sequence[Mapping[str, Any]], *, resamples: int = 2000, se
         for draw in draws:
             picked = np.concatenate([np.flatnonzero(index == i) for i in draw])
             boot.append(_correlation(signal[picked], target[picked]))
-        low, high = np.nanpercentile(boot, [2.5, 97.5]) if boot else (float("nan"),) * 2
+        finite = [b for b in boot if np.isfinite(b)]  # a resample with no within-setup spread has none
+        low, high = np.percentile(finite, [2.5, 97.5]) if finite else (float("nan"),) * 2
         out[key] = {"correlation": _correlation(signal, target), "low": float(low), "high": float(high)}
     return out
