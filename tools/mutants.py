@@ -91,6 +91,8 @@ MUTANTS = [
        "0.0 * self.baselines.get(role, 0.0) + 1.0 * role_means[role]")),
     m("RAE", "the baseline re-seeded from every batch (no memory)", "trainers/algorithm.py",
       ("self.baselines.setdefault(role, float(role_means[role]))", "self.baselines[role] = float(role_means[role])")),
+    m("Performing reward estimator", "the N/A mass spread over the seats", "trainers/perform_rewards.py",
+      ("received[seat] += float(probs[seat])", "received[seat] += float(probs[seat]) / max(sum(probs[:n_players]), 1e-9)")),
     m("RAE with group normalisation", "re-centred on the group mean", "trainers/algorithm.py",
       ("out[members] = advantages[members] / (std + eps) if std > 0",
        "out[members] = (advantages[members] - advantages[members].mean()) / (std + eps) if std > 0")),
