@@ -1,4 +1,5 @@
-"""Small helpers shared by tests: scripted games through the parallel API, a scripted OpenAI-compatible server."""
+"""Small helpers shared by tests: scripted games through the parallel API, a scripted OpenAI-compatible server,
+a model-free stand-in for the trainer's sample selection."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
+from typing import Any
 
 import spy_env
 
@@ -33,6 +35,17 @@ def experiment_module(name: str) -> ModuleType:
 
 
 GOOD = "Problem: what is $2 + 3$?\nSolution: $2 + 3 = 5$, so the answer is $\\boxed{5}$."
+
+
+def fake_trainer(config: Any) -> SimpleNamespace:
+    """What ``SpyRLTrainer.select_samples`` and ``mini_batch_size`` read from a trainer, without a model
+    (``config``: a ``SpyRLConfig``)."""
+    from trainers.algorithm import RAEBaselines
+
+    accelerator = SimpleNamespace(num_processes=1)
+    return SimpleNamespace(
+        config=config, distributed=False, accelerator=accelerator, rae=RAEBaselines(alpha=config.advantages.rae_alpha)
+    )
 
 
 def play_scripted(

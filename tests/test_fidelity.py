@@ -18,20 +18,13 @@ import spy_env  # noqa: E402
 from spy_env.metrics import game_metrics  # noqa: E402
 from spy_env.rewards import detection_rewards, performing_rewards, votes_received  # noqa: E402
 from spy_env.stage import Stage  # noqa: E402
+from tests.helpers import fake_trainer  # noqa: E402
 from trainers.algorithm import RAEBaselines, StageController  # noqa: E402
 from trainers.config import SpyRLConfig  # noqa: E402
 from trainers.grpo import SpyRLTrainer  # noqa: E402
 from trainers.loss import LossScale, Objective, clipped_policy_loss, loss_items  # noqa: E402
 
 PAPER = "qwen3-4b-paper"
-
-
-def fake_trainer(config: SpyRLConfig) -> types.SimpleNamespace:
-    """What ``SpyRLTrainer.select_samples`` and ``mini_batch_size`` read, without a model."""
-    accelerator = types.SimpleNamespace(num_processes=1)
-    return types.SimpleNamespace(
-        config=config, distributed=False, accelerator=accelerator, rae=RAEBaselines(alpha=config.advantages.rae_alpha)
-    )
 
 
 def game_rows(game_id, votes, spy, *, config=None, penalties=None, group_id=None, prompt=None):

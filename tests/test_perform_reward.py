@@ -3,8 +3,6 @@ seat's votes received replaced by their expectation under the voters' recorded c
 
 from __future__ import annotations
 
-import types
-
 import numpy as np
 import pytest
 
@@ -12,20 +10,10 @@ torch = pytest.importorskip("torch")
 
 from spy_env.config import GameConfig  # noqa: E402
 from spy_env.rewards import performing_rewards  # noqa: E402
-from trainers.algorithm import RAEBaselines  # noqa: E402
+from tests.helpers import fake_trainer  # noqa: E402
 from trainers.config import SpyRLConfig  # noqa: E402
 from trainers.grpo import SpyRLTrainer  # noqa: E402
 from trainers.perform_rewards import expected_perform_rewards, expected_votes_received  # noqa: E402
-
-
-def _fake_trainer(config: SpyRLConfig) -> types.SimpleNamespace:
-    """What ``SpyRLTrainer.select_samples`` reads, without a model."""
-    return types.SimpleNamespace(
-        config=config,
-        distributed=False,
-        accelerator=types.SimpleNamespace(num_processes=1),
-        rae=RAEBaselines(alpha=config.advantages.rae_alpha),
-    )
 
 
 @pytest.fixture(scope="module")
@@ -112,11 +100,11 @@ def test_select_samples_trains_performances_on_the_expected_rewards_by_hand(play
             s = r["seat"]
             reward = -gap if s == spy else gap / len(civilians) - (received[s] - received[civilians].mean())
             by_hand[(game_id, s)] = game.weight_perform * reward + game.weight_penalty * r["reward_penalty"]
-    samples, _ = SpyRLTrainer.select_samples(_fake_trainer(config), rows, "perform")
+    samples, _ = SpyRLTrainer.select_samples(fake_trainer(config), rows, "perform")
     got = {(s.row["game_id"], s.row["seat"]): s.advantage for s in samples}
     assert got == pytest.approx({k: by_hand[k] for k in got}, abs=1e-9)
     sampled, _ = SpyRLTrainer.select_samples(
-        _fake_trainer(config.with_overrides(["perform_reward=sampled"])), rows, "perform"
+        fake_trainer(config.with_overrides(["perform_reward=sampled"])), rows, "perform"
     )
     env = {(s.row["game_id"], s.row["seat"]): s.advantage for s in sampled}
     assert max(abs(env[k] - got[k]) for k in got) > 0.05  # the buffer tells the two rewards apart
