@@ -114,20 +114,20 @@ def alignment(records: Sequence[Mapping[str, Any]], *, resamples: int = 2000, se
     target, index = _centred(records, "spy_v1")
     setups = int(index.max()) + 1 if len(index) else 0
     rng = np.random.default_rng(seed)
-    draws = [rng.integers(setups, size=setups) for _ in range(resamples)] if setups else []
+    members = [np.flatnonzero(index == i) for i in range(setups)]
+    picks = [
+        np.concatenate([members[i] for i in rng.integers(setups, size=setups)]) for _ in range(resamples * bool(setups))
+    ]
     out: dict[str, Any] = {
         "setups": setups,
         "texts": len(records),
-        "spy_v1_varies": float(np.mean([np.ptp(target[index == i]) > 0 for i in range(setups)])) if setups else 0.0,
+        "spy_v1_varies": float(np.mean([np.ptp(target[m]) > 0 for m in members])) if setups else 0.0,
         "spy_v1_within_std": float(target.std()) if len(target) else float("nan"),
         "spy_v1_caught": float(np.mean([r["spy_v1_caught"] for r in records])) if records else float("nan"),
     }
     for key in (*SIGNALS, "spy_tokens"):
         signal, _ = _centred(records, key)
-        boot = []
-        for draw in draws:
-            picked = np.concatenate([np.flatnonzero(index == i) for i in draw])
-            boot.append(_correlation(signal[picked], target[picked]))
+        boot = [_correlation(signal[picked], target[picked]) for picked in picks]  # the same resamples for every signal
         finite = [b for b in boot if np.isfinite(b)]  # a resample with no within-setup spread has none
         low, high = np.percentile(finite, [2.5, 97.5]) if finite else (float("nan"),) * 2
         out[key] = {"correlation": _correlation(signal, target), "low": float(low), "high": float(high)}
