@@ -13,6 +13,10 @@ training games for the same number of iterations:
 - ``perform-reference``: the performing stage alone against fixed heuristic detectors (``voter=heuristic``),
   the minimal reference: does the performing stage move the spy when the votes it learns from can
   tell a spy from a civilian?
+- ``spy-reference``: the spy alone, in spy-v1's scene on training documents: heuristic civilians perform and
+  vote (``civilians=heuristic``), the model holds the spy's seat and its performances train with RAE. Its
+  reward is the one spy-v1 itself would give on those documents: the reference for what the performing
+  stage can do with a reward that agrees with spy-v1 (self-play's own votes do not: ``--probe``).
 
 Evaluation, the base model once and every row's final model, each paired with the base on the same games:
 
@@ -78,6 +82,7 @@ ROWS: dict[str, dict[str, Any]] = {
     "selfplay": {"stage_schedule": "alternate"},
     "detect-only": {"stage_schedule": "detect"},
     "perform-reference": {"stage_schedule": "perform", "voter": "heuristic"},
+    "spy-reference": {"stage_schedule": "perform", "civilians": "heuristic"},
 }
 GAME = {"n_players": 5, "degrade": "mask_spans", "max_document_chars": 600}
 BASE = {
@@ -135,7 +140,7 @@ def evaluate(trainer: SpyRLTrainer, panel: Any, args: argparse.Namespace) -> dic
     spy = run_leaderboard("spy", greedy, limit=args.spy_games)["results"]["spy-v1"]["items"]
     replay = Replay([item["completion"] for item in spy])
     panel_items = run_leaderboard("spy", replay, limit=args.spy_games, detector=panel)["results"]["spy-v1"]["items"]
-    config = trainer.config.with_overrides(["performer=heuristic", "voter=self"])
+    config = trainer.config.with_overrides(["performer=heuristic", "voter=self", "civilians=self"])
     seats = [seat_policy(config.rollout, config.run.seed, greedy)] * trainer.config.game.n_players
     detect = evaluate_heldout(seats, trainer.config.game, trainer.eval_documents, args.detect_games, seed=args.seed)
     detect_v1 = run_leaderboard("detect", greedy, limit=args.leaderboard_games)["results"]["detect-v1"]["items"]

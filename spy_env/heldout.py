@@ -166,8 +166,10 @@ def evaluate_heldout(
     *,
     seed: int = 12345,
     run_id: str = "heldout",
+    spy: Any = None,
 ) -> tuple[Any, list[dict[str, Any]]]:
-    """Play the fixed held-out games (``documents``, ``seed``) with one policy per seat.
+    """Play the fixed held-out games (``documents``, ``seed``) with one policy per seat (``spy``, when
+    given, in every game's spy seat: :meth:`spy_env.runner.Runner.run`).
 
     Returns the episode buffer and :func:`per_game` metrics. Equal ``documents``, ``num_games``,
     ``seed`` and game config give the same games (documents, spy seats, degradations) whatever the
@@ -178,5 +180,5 @@ def evaluate_heldout(
     if not documents:
         raise ValueError("held-out evaluation needs at least one held-out document")
     runner = Runner(replace(config, corpus=tuple(documents), max_documents=None), run_id=run_id)
-    buffer = runner.run(list(policies), num_games, seed=seed)
+    buffer = runner.run(list(policies), num_games, seed=seed, spy=spy)
     return buffer, per_game(buffer)

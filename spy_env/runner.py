@@ -90,6 +90,7 @@ class Runner:
         self.games: list[Game] = []
         self._hosts: list[GameHost] = []
         self._warned: set[int] = set()  # policies whose first forfeit this run was reported
+        self._spy: Policy | None = None  # run(spy=...): plays every game's spy seat
 
     def run(
         self,
@@ -101,16 +102,21 @@ class Runner:
         progress: bool = False,
         first_game_id: int = 0,
         options: Callable[[int], Mapping[str, Any]] | None = None,
+        spy: Policy | None = None,
     ) -> EpisodeBuffer:
         """Play ``num_games`` games and return their rows.
 
         ``options(game_index)``, when given, adds reset options to a game (e.g. ``{"spy_seat": 2}``
         so a tournament can choose which agent is the spy); they override the drawn ones.
+
+        ``spy``, when given, plays the spy's seat of every game, wherever it falls, in place of that seat's
+        policy: the other seats are then a fixed scene the spy plays against, and only the spy's rows are
+        marked ``trainable`` (the spy-v1 leaderboard's arrangement, for training a spy against fixed players).
         """
         if num_games < 0:
             raise ValueError(f"num_games must be >= 0, got {num_games}")
         setups = self._setups(num_games, seed)
-        self._warned = set()
+        self._warned, self._spy = set(), spy
         if options is not None:
             for i, setup in enumerate(setups):
                 setup["options"] = {**setup["options"], **options(i)}
@@ -168,6 +174,8 @@ class Runner:
         seat_policies = policies(game_index) if callable(policies) else policies
         if len(seat_policies) != self.config.n_players:
             raise ValueError(f"need one policy per seat ({self.config.n_players}), got {len(seat_policies)}")
+        if self._spy is not None:
+            seat_policies = [self._spy if s == game.spy_seat else p for s, p in enumerate(seat_policies)]
         return _Slot(game_index, host, game, agents, observations, seat_policies, setup["group"], setup["seed"], {})
 
     def _stage(self, slots: Sequence[_Slot], policy_version: int) -> None:
@@ -272,7 +280,9 @@ class Runner:
             row["role"] = "spy" if is_spy else "civilian"
             row["spy_seat"] = game.spy_seat
             row["spy_caught"] = caught
-            row["trainable"] = not (is_spy and row["stage"] == Stage.VOTE and not self.config.train_spy_vote)
+            untrained_spy_vote = is_spy and row["stage"] == Stage.VOTE and not self.config.train_spy_vote
+            scene = self._spy is not None and not is_spy  # run(spy=...): the fixed players around the spy
+            row["trainable"] = not (untrained_spy_vote or scene)
         return rows
 
 
@@ -389,6 +399,6 @@ def rollout(
     run_id: str | None = None,
 ) -> EpisodeBuffer:
     """Play ``num_games`` games with one policy per seat and return the episode buffer (a trainer
-    that records its policy version uses :meth:`Runner.run`)."""
+    that records its policy version, or a spy playing against a fixed scene, uses :meth:`Runner.run`)."""
     runner = Runner(config, games_per_document=games_per_document, replay_setup=replay_setup, run_id=run_id)
     return runner.run(policies, num_games, seed=seed, progress=progress)

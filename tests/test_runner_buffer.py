@@ -85,6 +85,21 @@ def test_games_per_document_and_replay_setup():
     assert any(len(s) > 1 for s in spy_sets.values())  # without replay_setup, setups differ
 
 
+def test_a_spy_policy_holds_every_spy_seat_and_only_its_rows_train():
+    scene, spy = CountingPolicy("scene"), CountingPolicy("spy")
+    buffer = Runner(GameConfig(n_players=5), games_per_document=2, replay_setup=True).run(
+        [scene] * 5, 8, seed=3, spy=spy
+    )
+    assert len({r["spy_seat"] for r in buffer}) > 1  # the spy's seat moves between setups; the spy policy follows
+    for row in buffer:
+        is_spy = row["seat"] == row["spy_seat"]
+        assert row["agent_name"] == ("spy" if is_spy else "scene")
+        assert row["trainable"] == (is_spy and row["stage"] == "perform")  # the spy's vote is untrained by default
+    assert spy.batches == [8, 8] and scene.batches == [32, 32]  # still one batched call per policy and stage
+    plain = Runner(GameConfig(n_players=5)).run([scene] * 5, 2, seed=3)
+    assert all(r["trainable"] for r in plain if r["stage"] == "perform")  # without a spy policy every seat trains
+
+
 def test_failing_policies_become_forfeits_and_lose_no_rows():
     class Broken:
         name = "broken"

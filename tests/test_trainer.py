@@ -315,3 +315,33 @@ def test_forced_vote_tokens_are_never_scored(tmp_path):
     assert all(torch.equal(base[k], same[k]) for k in base)
     other = updated(edit(samples, after_choice=False))
     assert any(not torch.equal(base[k], other[k]) for k in base)
+
+
+def test_fixed_civilians_leave_the_learner_the_spy_seat_and_train_only_its_performances(tmp_path):
+    """``civilians=heuristic``: the spy-v1 leaderboard's scene on training documents. The learner writes
+    every spy performance (and nothing else), only those rows train, and the update runs on them."""
+    from trainers.grpo import SpyRLTrainer
+
+    with pytest.raises(ValueError, match="civilians"):
+        SpyRLConfig.from_dict(dict(civilians="heuristic", stage_schedule="alternate"))
+    with pytest.raises(ValueError, match="civilians"):
+        SpyRLConfig.from_dict(dict(civilians="heuristic", stage_schedule="perform", voter="heuristic"))
+    with pytest.raises(ValueError, match="civilians"):
+        SpyRLConfig.from_dict(dict(civilians="no-such-agent", stage_schedule="perform"))
+    config = toy_detection_config(
+        tmp_path / "run", performer="self", civilians="heuristic", stage_schedule="perform", eval_games=0,
+        max_completion_tokens=8, documents_per_iteration=3, games_per_document=2, iterations=1,
+        game={"n_players": 4, "degrade": "mask_spans", "max_document_chars": 400},
+    )  # fmt: skip
+    trainer = SpyRLTrainer(config)
+    buffer = trainer.rollouts()
+    spy_rows = [r for r in buffer if r["role"] == "spy"]
+    assert len(spy_rows) == 2 * 6 and len(buffer) == 8 * 6
+    assert all(r["completion_token_ids"] for r in spy_rows)  # the learner's own tokens
+    assert not any(r["completion_token_ids"] for r in buffer if r["role"] == "civilian")  # scripted: no tokens
+    assert {r["trainable"] for r in buffer if r["role"] == "civilian"} == {False}
+    samples, stats = trainer.select_samples(buffer, "perform")
+    assert [s.row["role"] for s in samples] == ["spy"] * 6
+    assert stats["samples/count"] == 6 and not any(v for k, v in stats.items() if k.startswith("samples/skipped"))
+    trainer.update(samples, "perform")
+    assert trainer.train_iteration()["stage"] == "perform"

@@ -134,6 +134,20 @@ class SpyRLConfig:
                 )
         object.__setattr__(self, "game", _budgeted(self.game, self.decoding.max_completion_tokens))
         self._check_across()
+        self._check_seats()
+
+    def _check_seats(self) -> None:
+        """Fixed civilians leave the learner the spy's seat alone: only its performances can train."""
+        rollout = self.rollout
+        if rollout.civilians != "self" and (
+            self.stages.stage_schedule != "perform" or rollout.performer != "self" or rollout.voter != "self"
+        ):
+            raise bad(
+                rollout,
+                "civilians",
+                "'self' unless stages.stage_schedule is 'perform' and performer and voter are 'self' "
+                "(fixed civilians leave the learner the spy's seat alone)",
+            )
 
     def _check_across(self) -> None:
         """The rules that tie two sections together (each section checked its own fields already)."""

@@ -60,7 +60,7 @@ from trainers.loss import LossScale, loss_items
 from trainers.metrics import TrainingProgress, iteration_metrics, rule_metrics
 from trainers.models import reference_logps, trainable_model
 from trainers.perform_rewards import perform_stage_rewards
-from trainers.policies import learner_policy, seat_policy
+from trainers.policies import learner_policy, seat_policy, spy_seat_policy
 from trainers.samples import (
     Sample,
     choice_advantages,
@@ -189,6 +189,7 @@ class SpyRLTrainer:
             seed=seed_for(c.run.seed, self.iteration, SeedStream.GAMES, self.rank),
             policy_version=self.iteration,
             first_game_id=(self.iteration * c.rollout.documents_per_iteration + start) * c.rollout.games_per_document,
+            spy=spy_seat_policy(c.rollout, self.policy),
         )
 
     def save_buffer(self, buffer: EpisodeBuffer) -> None:
@@ -200,7 +201,8 @@ class SpyRLTrainer:
         policy = learner_policy(self.config.decoding, self.config.rollout, self.unwrapped, self.tokenizer, greedy=True)
         self.model.eval()
         seats = [seat_policy(self.config.rollout, self.config.run.seed, policy)] * self.config.game.n_players
-        buffer, games = evaluate_heldout(seats, self.config.game, self.eval_documents, num_games, seed=seed)
+        spy = spy_seat_policy(self.config.rollout, policy)
+        buffer, games = evaluate_heldout(seats, self.config.game, self.eval_documents, num_games, seed=seed, spy=spy)
         out = {**game_metrics(buffer), **rule_metrics(buffer)}
         for metric, interval in summarize(games).items():
             out.update({metric: interval.mean, f"{metric}_low": interval.low, f"{metric}_high": interval.high})

@@ -16,7 +16,7 @@ from spy_env.policy import Action, Observation, Policy, RolloutPolicy
 from spy_env.stage import Stage
 from trainers.validation import bad, check_section, setting
 
-__all__ = ["DecodingConfig", "RolloutConfig", "StagePolicy", "learner_policy", "seat_policy"]
+__all__ = ["DecodingConfig", "RolloutConfig", "StagePolicy", "learner_policy", "seat_policy", "spy_seat_policy"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,12 @@ class RolloutConfig:
         "self", "Who performs: self (self-play), or an agent spec (e.g. heuristic): trains the detector alone."
     )
     voter: str = setting("self", "Who votes: self, or an agent spec (e.g. heuristic): trains the performer alone.")
+    civilians: str = setting(
+        "self",
+        "Who holds the civilians' seats: self (every seat is the learner's), or an agent spec (e.g. heuristic) that "
+        "performs and votes in them while the learner holds the spy's seat alone (the spy-v1 leaderboard's scene "
+        "on training documents; only the spy's performances train: stage_schedule perform).",
+    )
     generation: Literal["hf", "vllm-colocate", "vllm-server"] = setting(
         "hf",
         "Rollout engine: hf (the policy itself, CPU or GPU); vllm-colocate (a vLLM engine in each training "
@@ -85,7 +91,7 @@ class RolloutConfig:
             ),
             positive=("vllm_server_timeout",),
         )
-        for name in ("performer", "voter"):  # checked by their form alone: nothing is built here
+        for name in ("performer", "voter", "civilians"):  # checked by their form alone: nothing is built here
             spec = getattr(self, name)
             problem = None if spec == "self" else spec_problem(spec)
             if problem is not None:
@@ -206,11 +212,20 @@ class StagePolicy:
 
 def seat_policy(config: RolloutConfig, seed: int, learner: RolloutPolicy) -> RolloutPolicy:
     """The learner in every seat, except for a stage ``config`` gives to a fixed agent (``performer``/``voter``,
-    seeded with ``seed``)."""
-    if config.performer == "self" and config.voter == "self":
-        return learner
+    seeded with ``seed``); with fixed ``civilians``, that agent (the learner then plays the spy's seat alone:
+    :func:`spy_seat_policy`)."""
     from agents import load
 
+    if config.civilians != "self":
+        return load(config.civilians, seed=seed)
+    if config.performer == "self" and config.voter == "self":
+        return learner
     performer = None if config.performer == "self" else load(config.performer, seed=seed)
     voter = None if config.voter == "self" else load(config.voter, seed=seed)
     return StagePolicy(learner, performer=performer, voter=voter)
+
+
+def spy_seat_policy(config: RolloutConfig, learner: RolloutPolicy) -> RolloutPolicy | None:
+    """The learner when it plays every game's spy seat in a scene of fixed ``civilians`` (the runner's
+    ``spy``), else None."""
+    return None if config.civilians == "self" else learner
