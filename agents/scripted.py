@@ -1,4 +1,4 @@
-"""Scripted baselines, no model involved: ``random``, ``heuristic`` (lexical) and its two matched forms.
+"""Scripted baselines, no model involved: ``random``, ``heuristic`` (lexical), its soft vote and its two matched forms.
 
 All read only the structured observation fields (``copy``, ``performances``,
 ``vote_targets``, ``stage``), never the rendered prompt.
@@ -7,6 +7,7 @@ The heuristic performs from the first numbers and the most frequent terms of its
 the detection stage, votes for the performance least consistent with its copy: the share of
 the performance's numbers that are among the salient numbers of the voter's own copy, plus
 the share of its terms found there. When every candidate scores the same it abstains.
+``heuristic-soft`` draws that vote from a softmax over the same scores and records the distribution.
 
 ``heuristic-matched`` votes as the heuristic and performs in the same form, matched in surface:
 every performance is exactly :data:`MATCHED_CHARS` characters long and names exactly
@@ -38,7 +39,7 @@ from decimal import Decimal
 import numpy as np
 
 from agents.registry import any_argument, register_backend
-from spy_env.policy import Observation, Policy
+from spy_env.policy import Action, Observation, Policy
 from spy_env.stage import Stage
 
 __all__ = [
@@ -148,7 +149,7 @@ class HeuristicAgent:
         self.rng = np.random.default_rng(seed)
         self.n_numbers = n_numbers
 
-    def act(self, observations: Sequence[Observation]) -> list[str]:
+    def act(self, observations: Sequence[Observation]) -> list[str | Action]:
         return [
             self._perform(obs) if Stage.of(obs["stage"]) is Stage.PERFORM else self._vote(obs) for obs in observations
         ]
@@ -182,23 +183,67 @@ class HeuristicAgent:
         """The numbers and terms of its own copy that a performance is checked against."""
         return set(self._salient(copy)), set(_terms(copy, 30))
 
-    def _vote(self, obs: Observation) -> str:
-        legal = legal_seats(obs)
+    def _scores(self, obs: Observation) -> dict[int, float]:
+        """Each legal seat's consistency with this voter's copy: the share of its performance's numbers among
+        the copy's salient numbers plus the share of its terms found in the copy (0 to 2)."""
         salient, own_terms = self._known(obs["copy"])
         scores = {}
-        for seat in legal:
+        for seat in legal_seats(obs):
             text = obs["performances"][seat]
             numbers = numbers_in(text)
             terms = _terms(text, 10)
             number_score = sum(n in salient for n in numbers) / len(numbers) if numbers else 0.0
             term_score = sum(t in own_terms for t in terms) / len(terms) if terms else 0.0
             scores[seat] = number_score + term_score
+        return scores
+
+    def _vote(self, obs: Observation) -> str | Action:
+        scores = self._scores(obs)
         if not scores or len(set(scores.values())) == 1:
             return "All performances look equally consistent with my copy. <vote>N/A</vote>"
         low = min(scores.values())
         suspects = [s for s, v in scores.items() if v == low]
         pick = int(self.rng.choice(suspects))
         return f"Player {pick + 1}'s performance matches my copy least. <vote>{pick + 1}</vote>"
+
+
+SOFT_TEMPERATURE = 0.25
+
+
+class SoftHeuristicAgent(HeuristicAgent):
+    """The heuristic whose vote is drawn from ``softmax(−score / temperature)`` over the legal seats' consistency
+    scores, with that distribution recorded (``Action.vote_distribution``); it abstains as the heuristic does.
+
+    As the temperature goes to 0 it votes as the heuristic. What it adds is a graded verdict: with
+    ``advantages.perform_reward=expected`` a spy seated among these civilians is rewarded by the
+    probability mass their votes put on it, which moves with every matched number or term, where the
+    heuristic's all-or-nothing vote gives a spy caught in nearly every game a nearly constant reward.
+    """
+
+    def __init__(
+        self, seed: int | None = 0, name: str = "heuristic-soft", temperature: float = SOFT_TEMPERATURE
+    ) -> None:
+        if not temperature > 0:
+            raise ValueError(f"temperature: expected > 0, got {temperature!r}")
+        super().__init__(seed=seed, name=name)
+        self.temperature = temperature
+
+    def _vote(self, obs: Observation) -> str | Action:
+        scores = self._scores(obs)
+        if not scores or len(set(scores.values())) == 1:
+            return Action(
+                "All performances look equally consistent with my copy. <vote>N/A</vote>",
+                vote_distribution={"N/A": 1.0},
+            )
+        seats = list(scores)
+        logits = np.array([-scores[s] / self.temperature for s in seats])
+        probs = np.exp(logits - logits.max())
+        probs /= probs.sum()
+        pick = seats[int(self.rng.choice(len(seats), p=probs))]
+        return Action(
+            f"Player {pick + 1}'s performance matches my copy least. <vote>{pick + 1}</vote>",
+            vote_distribution={str(s + 1): float(p) for s, p in zip(seats, probs, strict=True)},
+        )
 
 
 MATCHED_CHARS = 360
@@ -367,6 +412,9 @@ _SCRIPTED_HELP = {
     "(`random:SEED` sets the seed)",
     "heuristic": "scripted baseline: performs from its copy's first numbers, votes for the performance least "
     "consistent with its copy, abstains when none stands out (`heuristic:SEED` sets the seed)",
+    "heuristic-soft": "the heuristic, voting by a softmax over its consistency scores (temperature "
+    f"{SOFT_TEMPERATURE}) and recording that distribution, so a spy among these civilians gets a graded reward under "
+    "`perform_reward=expected` (`heuristic-soft:SEED` sets the seed)",
     "heuristic-matched": f"the heuristic, performing in matched form: every performance {MATCHED_CHARS} characters "
     f"with {MATCHED_NUMBERS} quantities, so no rule on length or number count finds the spy "
     "(`heuristic-matched:SEED` sets the seed)",
@@ -377,6 +425,7 @@ _SCRIPTED_HELP = {
 for _name, _agent in (
     ("random", RandomAgent),
     ("heuristic", HeuristicAgent),
+    ("heuristic-soft", SoftHeuristicAgent),
     ("heuristic-matched", MatchedHeuristicAgent),
     ("heuristic-disjoint", DisjointHeuristicAgent),
 ):

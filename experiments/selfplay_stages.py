@@ -17,6 +17,10 @@ training games for the same number of iterations:
   vote (``civilians=heuristic``), the model holds the spy's seat and its performances train with RAE. Its
   reward is the one spy-v1 itself would give on those documents: the reference for what the performing
   stage can do with a reward that agrees with spy-v1 (self-play's own votes do not: ``--probe``).
+- ``spy-soft``: ``spy-reference`` with a graded reward: the civilians draw their votes from a softmax over
+  the heuristic's consistency scores (``civilians=heuristic-soft``) and the spy is rewarded by the expected
+  votes it receives (``perform_reward=expected``), which moves with every number or term of its text that a
+  civilian's copy holds, where spy-v1's all-or-nothing votes catch a weak spy in nearly every game.
 
 Evaluation, the base model once and every row's final model, each paired with the base on the same games:
 
@@ -83,6 +87,12 @@ ROWS: dict[str, dict[str, Any]] = {
     "detect-only": {"stage_schedule": "detect"},
     "perform-reference": {"stage_schedule": "perform", "voter": "heuristic"},
     "spy-reference": {"stage_schedule": "perform", "civilians": "heuristic"},
+    "spy-soft": {
+        "stage_schedule": "perform",
+        "civilians": "heuristic-soft",
+        "perform_reward": "expected",
+        "perform_group_norm": False,
+    },
 }
 GAME = {"n_players": 5, "degrade": "mask_spans", "max_document_chars": 600}
 BASE = {

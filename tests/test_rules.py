@@ -12,7 +12,14 @@ import pytest
 
 import agents
 from agents.rules import RULES, SINGLE_TEXT_RULES, RuleAgent, overlap, played_shares
-from agents.scripted import MATCHED_CHARS, DisjointHeuristicAgent, HeuristicAgent, MatchedHeuristicAgent, numbers_in
+from agents.scripted import (
+    MATCHED_CHARS,
+    DisjointHeuristicAgent,
+    HeuristicAgent,
+    MatchedHeuristicAgent,
+    SoftHeuristicAgent,
+    numbers_in,
+)
 from spy_env.config import GameConfig
 from spy_env.heldout import bootstrap
 from spy_env.runner import Runner
@@ -133,6 +140,35 @@ def test_matched_performer_takes_its_copy_and_fills_only_what_it_lacks():
     assert len(set(blank)) > 1 and {len(t) for t in blank} == {MATCHED_CHARS}
     with pytest.raises(ValueError, match="too short"):
         MatchedHeuristicAgent(chars=50).act([perform])
+
+
+def test_soft_heuristic_draws_its_vote_from_a_softmax_over_the_heuristics_scores():
+    copy = "The tank holds 40 litres and drains 5 litres a minute through a valve for 8 minutes."
+    performances = [
+        "mine",
+        "The tank holds 40 litres, drains 5 litres a minute for 8 minutes: 40 - 5*8 = 0.",  # all three numbers
+        "The tank holds 40 litres; the valve drains litres for 12 minutes.",  # one of three numbers
+        "A train leaves at 9 and arrives at 11.",  # none
+    ]
+    obs = {**vote_obs(performances), "copy": copy}
+    scores = HeuristicAgent()._scores(obs)
+    assert scores[1] > scores[2] > scores[3]
+    votes = [SoftHeuristicAgent(seed=k).act([obs])[0] for k in range(200)]
+    q = votes[0].vote_distribution
+    assert set(q) == {"2", "3", "4"} and math.isclose(sum(q.values()), 1.0)
+    expected = np.exp([-scores[s] / 0.25 for s in (1, 2, 3)])
+    assert np.allclose([q["2"], q["3"], q["4"]], expected / expected.sum())
+    assert q["4"] > q["3"] > q["2"] > 0  # graded: the least consistent text draws the most, none draws nothing
+    drawn = np.mean([voted(v.text) == 3 for v in votes])  # the cast vote follows the recorded distribution
+    assert abs(drawn - q["4"]) < 0.12
+    # near temperature 0 it is the heuristic; equal scores abstain as the heuristic does
+    cold = SoftHeuristicAgent(temperature=1e-3).act([obs])[0]
+    assert voted(cold.text) == voted(HeuristicAgent().act([obs])[0]) == 3 and cold.vote_distribution["4"] > 0.999
+    tie = SoftHeuristicAgent().act([{**vote_obs(["a", "b", "b"]), "copy": copy}])[0]
+    assert "<vote>N/A</vote>" in tie.text and tie.vote_distribution == {"N/A": 1.0}
+    with pytest.raises(ValueError, match="temperature"):
+        SoftHeuristicAgent(temperature=0)
+    assert isinstance(agents.load("heuristic-soft:3"), SoftHeuristicAgent)
 
 
 def _quantities(text: str) -> list[str]:

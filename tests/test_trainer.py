@@ -345,3 +345,33 @@ def test_fixed_civilians_leave_the_learner_the_spy_seat_and_train_only_its_perfo
     assert stats["samples/count"] == 6 and not any(v for k, v in stats.items() if k.startswith("samples/skipped"))
     trainer.update(samples, "perform")
     assert trainer.train_iteration()["stage"] == "perform"
+
+
+def test_soft_civilians_give_the_spy_the_mass_of_their_recorded_votes(tmp_path):
+    """``civilians=heuristic-soft`` with ``perform_reward=expected``: the civilians record the softmax their
+    votes were drawn from, and the spy's performing reward is ``−(m̃_u − m̄_c)`` over those distributions, a
+    graded value where the cast votes give whole numbers."""
+    from spy_env.stage import Stage
+    from trainers.grpo import SpyRLTrainer
+    from trainers.perform_rewards import perform_stage_rewards
+
+    config = toy_detection_config(
+        tmp_path / "run", performer="self", civilians="heuristic-soft", stage_schedule="perform", eval_games=0,
+        perform_reward="expected", perform_group_norm=False, max_completion_tokens=8, documents_per_iteration=3,
+        games_per_document=2, iterations=1, game={"n_players": 4, "degrade": "mask_spans", "max_document_chars": 400},
+    )  # fmt: skip
+    trainer = SpyRLTrainer(config)
+    buffer = trainer.rollouts()
+    civilian_votes = [r for r in buffer if r["role"] == "civilian" and r["stage"] == Stage.VOTE]
+    assert len(civilian_votes) == 3 * 6 and all(math.isclose(sum(r["vote_probs"]), 1.0) for r in civilian_votes)
+    spy_rows = [r for r in buffer if r["role"] == "spy" and r["stage"] == Stage.PERFORM]
+    rewards, _ = perform_stage_rewards(spy_rows, buffer, config.advantages, config.game)
+    for row, reward in zip(spy_rows, rewards, strict=True):
+        votes = [r for r in buffer if r["game_id"] == row["game_id"] and r["stage"] == Stage.VOTE]
+        received = [sum(r["vote_probs"][seat] for r in votes) for seat in range(4)]
+        civilians = [received[seat] for seat in range(4) if seat != row["spy_seat"]]
+        assert 0 < received[row["spy_seat"]] < 3  # some of the civilians' mass lands on the spy, never all of it
+        assert math.isclose(reward, -(received[row["spy_seat"]] - sum(civilians) / 3), abs_tol=1e-9)
+    assert len({round(r, 6) for r in rewards}) > 1 and any(r != round(r * 4) / 4 for r in rewards)
+    samples, _ = trainer.select_samples(buffer, "perform")
+    assert [s.row["role"] for s in samples] == ["spy"] * 6 and all(math.isfinite(s.advantage) for s in samples)
