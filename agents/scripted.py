@@ -200,11 +200,23 @@ class HeuristicAgent:
     def _vote(self, obs: Observation) -> str | Action:
         scores = self._scores(obs)
         if not scores or len(set(scores.values())) == 1:
-            return "All performances look equally consistent with my copy. <vote>N/A</vote>"
+            return self._abstain()
+        return self._choose(scores)
+
+    def _abstain(self) -> str | Action:
+        return _ABSTAIN
+
+    def _choose(self, scores: dict[int, float]) -> str | Action:
+        """The least consistent seat (ties at random)."""
         low = min(scores.values())
-        suspects = [s for s, v in scores.items() if v == low]
-        pick = int(self.rng.choice(suspects))
-        return f"Player {pick + 1}'s performance matches my copy least. <vote>{pick + 1}</vote>"
+        return _accuse(int(self.rng.choice([s for s, v in scores.items() if v == low])))
+
+
+_ABSTAIN = "All performances look equally consistent with my copy. <vote>N/A</vote>"
+
+
+def _accuse(seat: int) -> str:
+    return f"Player {seat + 1}'s performance matches my copy least. <vote>{seat + 1}</vote>"
 
 
 SOFT_TEMPERATURE = 0.25
@@ -228,21 +240,18 @@ class SoftHeuristicAgent(HeuristicAgent):
         super().__init__(seed=seed, name=name)
         self.temperature = temperature
 
-    def _vote(self, obs: Observation) -> str | Action:
-        scores = self._scores(obs)
-        if not scores or len(set(scores.values())) == 1:
-            return Action(
-                "All performances look equally consistent with my copy. <vote>N/A</vote>",
-                vote_distribution={"N/A": 1.0},
-            )
+    def _abstain(self) -> Action:
+        return Action(_ABSTAIN, vote_distribution={"N/A": 1.0})
+
+    def _choose(self, scores: dict[int, float]) -> Action:
+        """A seat drawn from ``softmax(−score / temperature)``, with that distribution recorded."""
         seats = list(scores)
         logits = np.array([-scores[s] / self.temperature for s in seats])
         probs = np.exp(logits - logits.max())
         probs /= probs.sum()
         pick = seats[int(self.rng.choice(len(seats), p=probs))]
         return Action(
-            f"Player {pick + 1}'s performance matches my copy least. <vote>{pick + 1}</vote>",
-            vote_distribution={str(s + 1): float(p) for s, p in zip(seats, probs, strict=True)},
+            _accuse(pick), vote_distribution={str(s + 1): float(p) for s, p in zip(seats, probs, strict=True)}
         )
 
 

@@ -214,12 +214,12 @@ def seat_policy(config: RolloutConfig, seed: int, learner: RolloutPolicy) -> Rol
     """The learner in every seat, except for a stage ``config`` gives to a fixed agent (``performer``/``voter``,
     seeded with ``seed``); with fixed ``civilians``, that agent (the learner then plays the spy's seat alone:
     :func:`spy_seat_policy`)."""
+    if config.civilians == config.performer == config.voter == "self":
+        return learner
     from agents import load
 
     if config.civilians != "self":
         return load(config.civilians, seed=seed)
-    if config.performer == "self" and config.voter == "self":
-        return learner
     performer = None if config.performer == "self" else load(config.performer, seed=seed)
     voter = None if config.voter == "self" else load(config.voter, seed=seed)
     return StagePolicy(learner, performer=performer, voter=voter)
