@@ -25,9 +25,10 @@ training games for the same number of iterations:
 Evaluation, the base model once and every row's final model, each paired with the base on the same games:
 
 - **as the spy**: the first ``--spy-games`` games of the spy-v1 leaderboard set (full documents; greedy
-  performance): survival against its fixed heuristic detectors, and the share of votes a fixed panel of
-  the *base* model's votes (greedy, constrained, one forward pass each) puts on the spy, as the
-  expected share (its probability on the spy) and the greedy share;
+  performance): survival against its fixed heuristic detectors (and ``clean_survival_rate``: a rule-breaking
+  text counted as caught), and the share of votes a fixed panel of the *base* model's votes (greedy,
+  constrained, one forward pass each) puts on the spy, as the expected share (its probability on the spy)
+  and the greedy share;
 - **as a civilian**: detection (expected and greedy accuracy of constrained votes) on ``--detect-games``
   held-out games of the training game with heuristic performers, as in ``vote_gradients.py``, and on the
   first ``--leaderboard-games`` games of the detect-v1 leaderboard set (its leaderboard row, paired too).
@@ -108,7 +109,7 @@ BASE = {
     "progress": False,
     "checkpoint_every": 1000,
 }
-SPY = ("survival_rate", "votes_against_share")
+SPY = ("survival_rate", "clean_survival_rate", "votes_against_share")
 PANEL = ("expected_votes_against_share", "votes_against_share")
 DETECT = ("expected_accuracy", "detection_accuracy")
 PARTS = (("spy", SPY), ("panel", PANEL), ("detect", DETECT), ("detect_v1", DETECT))

@@ -29,6 +29,7 @@ from harness import command_of, experiment_parser, user_error
 from agents.scripted import numbers_in
 from spy_env.heldout import bootstrap, paired_difference
 from spy_env.io import refuse_existing_outputs, write_text
+from spyrl.evaluation.leaderboard import item_score
 
 SET = "spy-v1"
 SCORES = ("survival_rate", "clean_survival_rate", "violation_rate", "quotes_source_rate")
@@ -56,7 +57,7 @@ def per_game(items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "document_id": item["document_id"],
                 "game_seed": item["game_seed"],
                 "survival_rate": float(item["survival_rate"]),
-                "clean_survival_rate": 0.0 if violated else float(item["survival_rate"]),
+                "clean_survival_rate": item_score(item, "clean_survival_rate"),
                 "violation_rate": float(violated),
                 "quotes_source_rate": float(_quotes_source(text)),
                 "has_numbers": bool(numbers_in(text)),

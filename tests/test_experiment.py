@@ -107,6 +107,7 @@ def test_quick_selfplay_experiment_alternates_stages_and_pairs_every_evaluation(
         assert {g["document_id"] for g in games["detect"]} <= set(row["heldout_documents"])
         parts = (
             ("spy", "survival_rate"),
+            ("spy", "clean_survival_rate"),
             ("panel", "expected_votes_against_share"),
             ("detect_v1", "expected_accuracy"),
         )

@@ -237,3 +237,41 @@ def test_a_detector_policy_casts_the_civilians_votes_of_a_spy_set():
 def _lowest_seats(players: int, spy_seat: int) -> list[int]:
     """Each civilian's vote (1-based) when it votes for the lowest seat other than its own."""
     return [1 if voter != 0 else 2 for voter in range(players) if voter != spy_seat]
+
+
+class Paster:
+    """A spy that pastes its copy: a rule-breaking text (``verbatim_copy``) the fixed detectors read as a civilian's."""
+
+    name = "paster"
+
+    def act(self, observations):
+        return [obs["copy"] for obs in observations]
+
+
+def test_a_spy_that_pastes_its_copy_survives_but_not_cleanly():
+    """``clean_survival_rate`` counts a performance that broke a rule as caught: beside survival in every
+    result, its protocol, and the compare table (derived from survival and violations for older files)."""
+    from spyrl.evaluation.leaderboard import leaderboard_table
+
+    heuristic = run_leaderboard("spy", agents.load("heuristic"), limit=40, model="heuristic")
+    paster = run_leaderboard("spy", Paster(), limit=40, model="paster")
+    items = paster["results"]["spy-v1"]["items"]
+    assert all("verbatim_copy" in item["violations"] for item in items)
+    assert sum(item["survival_rate"] for item in items) > 0  # the detectors spare some pasted copies ...
+    assert all(item["clean_survival_rate"] == 0.0 for item in items)  # ... and none counts as clean
+    for item in heuristic["results"]["spy-v1"]["items"]:
+        assert item["clean_survival_rate"] == float(item["survival_rate"] == 1.0 and not item["violations"])
+    assert paster["results"]["spy-v1"]["metrics"]["clean_survival_rate"]["mean"] == 0.0
+    assert "clean_survival_rate" in paster["protocol"]["secondary"]
+    old = json.loads(json.dumps(paster))  # a file written before the score was recorded
+    for item in old["results"]["spy-v1"]["items"]:
+        del item["clean_survival_rate"]
+    del old["results"]["spy-v1"]["metrics"]["clean_survival_rate"]
+    new_rows, old_rows = (leaderboard_table([heuristic, run]).splitlines()[2:] for run in (paster, old))
+    assert new_rows == old_rows and len(new_rows) == 4  # two files × (survival, clean survival)
+    clean = next(row for row in new_rows if row.startswith("| paster | spy-v1 | clean_survival_rate |"))
+    before = [item["clean_survival_rate"] for item in heuristic["results"]["spy-v1"]["items"]]
+    gain = bootstrap([0.0 - b for b in before])
+    assert gain.mean < 0 and clean.endswith(f"| {gain.mean:+.3f} [{gain.low:+.3f}, {gain.high:+.3f}] |")
+    survival = next(row for row in new_rows if row.startswith("| paster | spy-v1 | survival_rate |"))
+    assert "| 0.000 [0.000, 0.000] |" not in survival

@@ -52,6 +52,7 @@ __all__ = [
     "LeaderboardSet",
     "build_set",
     "heldout_documents",
+    "item_score",
     "leaderboard_table",
     "load_set",
     "run_leaderboard",
@@ -73,7 +74,15 @@ ABSTAIN = "<vote>N/A</vote>"
 # What each set reports, headline first.
 METRICS = {
     "detect": ("detection_accuracy", "expected_accuracy", "na_rate", "valid_vote_rate"),
-    "spy": ("survival_rate", "votes_against_share", "no_answer_rate", "valid_performance_rate"),
+    "spy": ("survival_rate", "clean_survival_rate", "votes_against_share", "no_answer_rate", "valid_performance_rate"),
+}
+# Scores the compare table shows under a set's headline, with what they mean (in every result's protocol).
+SECONDARY = {
+    "spy": {
+        "clean_survival_rate": "survival_rate with a performance that broke a rule of the game (its violations: "
+        "a verbatim copy of its copy, no answer, ...) counted as caught. The fixed detectors read only numbers "
+        "and terms, so a spy that pastes its copy reads like a civilian to them; the game penalises the paste."
+    }
 }
 
 
@@ -337,6 +346,7 @@ def _score_spy(
                 **_item_head(game),
                 "votes_against": int(truth["votes_received"][0][game.spy_seat]),
                 "survival_rate": float(not truth["spy_caught"]),
+                "clean_survival_rate": float(not truth["spy_caught"] and not perform_violations),
                 "votes_against_share": truth["votes_received"][0][game.spy_seat] / len(votes),
                 **panel,
                 "no_answer_rate": float("no_answer" in perform_violations),
@@ -434,6 +444,7 @@ def run_leaderboard(
             "set_sha256": board.sha256,
             "interval": "bootstrap percentile 95% over games (2000 resamples, seed 0)",
             "description": _DESCRIPTIONS[kind],
+            **({"secondary": SECONDARY[kind]} if kind in SECONDARY else {}),
             **({"detector": policy_name(detector)} if detector is not None else {}),
         },
         "seed": seed,
@@ -453,7 +464,9 @@ def run_leaderboard(
 
 
 def leaderboard_table(runs: Sequence[Mapping[str, Any]]) -> str:
-    """Markdown: one row per results file and set, the headline score with its interval.
+    """Markdown: one row per results file, set and score: the headline score with its interval, then the
+    set's :data:`SECONDARY` scores (spy sets: ``clean_survival_rate``, derived from the items' survival and
+    violations for files written before it was recorded).
 
     ``forfeits`` counts games whose call failed (a dead server): they score as misses, so a row
     with many forfeits measures the backend, not the model. ``vs first`` is the paired difference
@@ -472,11 +485,34 @@ def leaderboard_table(runs: Sequence[Mapping[str, Any]]) -> str:
                 i = Interval(**r["interval"])
             except TypeError as e:
                 raise ValueError(f"results of {run.get('model')!r} on {name!r}: a malformed interval ({e})") from e
-            score = run.get("protocol", {}).get("score", "accuracy")
-            paired = _paired(r, runs[0]["results"].get(name), score) if index else None
-            shown = "—" if paired is None else f"{paired.mean:+.3f} [{paired.low:+.3f}, {paired.high:+.3f}]"
-            lines.append(f"| {run['model']} | {name} | {score} | {i} | {r['n']} | {r.get('forfeits', 0)} | {shown} |")
+            headline = run.get("protocol", {}).get("score", "accuracy")
+            for score in (headline, *SECONDARY.get(name.split("-v")[0], {})):
+                shown = i if score == headline else _score_interval(r, score)
+                if shown is None:
+                    continue
+                paired = _paired(r, runs[0]["results"].get(name), score) if index else None
+                vs = "—" if paired is None else f"{paired.mean:+.3f} [{paired.low:+.3f}, {paired.high:+.3f}]"
+                lines.append(
+                    f"| {run['model']} | {name} | {score} | {shown} | {r['n']} | {r.get('forfeits', 0)} | {vs} |"
+                )
     return "\n".join(lines)
+
+
+def item_score(item: Mapping[str, Any], score: str) -> float | None:
+    """One game's ``score``; ``clean_survival_rate`` derived from ``survival_rate`` and ``violations`` where
+    the item predates it; None when the item cannot give it."""
+    if score in item:
+        return float(item[score])
+    if score == "clean_survival_rate" and "survival_rate" in item and "violations" in item:
+        return float(bool(item["survival_rate"]) and not item["violations"])
+    return None
+
+
+def _score_interval(result: Mapping[str, Any], score: str) -> Interval | None:
+    values = [item_score(item, score) for item in result.get("items") or []]
+    if not values or None in values:
+        return None
+    return bootstrap(values)
 
 
 def _paired(result: Mapping[str, Any], first: Mapping[str, Any] | None, score: str) -> Interval | None:
@@ -487,9 +523,10 @@ def _paired(result: Mapping[str, Any], first: Mapping[str, Any] | None, score: s
         == (b.get("document_id"), b.get("game_seed"), b.get("seat"))
         for a, b in zip(items, base, strict=True)
     )
-    if not same or not all(score in a and score in b for a, b in zip(items, base, strict=True)):
+    scores = [(item_score(a, score), item_score(b, score)) for a, b in zip(items, base, strict=True)] if same else []
+    if not scores or any(a is None or b is None for a, b in scores):
         return None
-    return bootstrap([float(a[score]) - float(b[score]) for a, b in zip(items, base, strict=True)])
+    return bootstrap([a - b for a, b in scores])
 
 
 def write_set(kind: str, out: str | os.PathLike | None = None, **kwargs: Any) -> Path:
