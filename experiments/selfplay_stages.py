@@ -21,6 +21,9 @@ training games for the same number of iterations:
   the heuristic's consistency scores (``civilians=heuristic-soft``) and the spy is rewarded by the expected
   votes it receives (``perform_reward=expected``), which moves with every number or term of its text that a
   civilian's copy holds, where spy-v1's all-or-nothing votes catch a weak spy in nearly every game.
+- ``spy-clean``: ``spy-soft`` with a pasted copy (a ``verbatim_copy`` violation) charged ``penalty_copy=-5``, the
+  width of the spy's performing reward with five players, where the game's −0.5 let ``spy-soft`` learn to paste
+  its copy, which spy-v1's detectors read as a civilian's text.
 
 Evaluation, the base model once and every row's final model, each paired with the base on the same games:
 
@@ -94,6 +97,15 @@ ROWS: dict[str, dict[str, Any]] = {
         "perform_reward": "expected",
         "perform_group_norm": False,
     },
+    # a paste of the copy (a verbatim_copy violation) charged the width of the spy's r^P range with five
+    # players (−3.75 caught by all four civilians to +1.25 voted by none): no paste can pay
+    "spy-clean": {
+        "stage_schedule": "perform",
+        "civilians": "heuristic-soft",
+        "perform_reward": "expected",
+        "perform_group_norm": False,
+        "game": {"penalty_copy": -5.0},
+    },
 }
 GAME = {"n_players": 5, "degrade": "mask_spans", "max_document_chars": 600}
 BASE = {
@@ -119,7 +131,7 @@ def row_config(name: str, args: argparse.Namespace, *, start: bool = True) -> Sp
     """One row's configuration; with ``start`` its model is ``--init-model`` where one is given (the base
     model otherwise: the one every evaluation is paired with and whose votes are the fixed panel)."""
     overrides = {**BASE, **ROWS[name], "output_dir": str(Path(args.runs) / name), "iterations": args.iterations}
-    overrides["game"] = dict(GAME)
+    overrides["game"] = {**GAME, **ROWS[name].get("game", {})}
     if args.quick:
         overrides.update(documents_per_iteration=1, max_completion_tokens=48, k_min=1)
     config = SpyRLConfig.preset("smollm2-selfplay", **overrides).with_overrides(args.set)

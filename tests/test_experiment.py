@@ -402,3 +402,25 @@ def test_the_fit_check_fits_fixed_votes_on_documents_its_check_votes_never_share
             continue
         refused = subprocess.run([*short, "--device", device], capture_output=True, text=True, timeout=600, cwd=ROOT)
         assert refused.returncode == 2 and f"error: --device {device}: {said}" in refused.stderr
+
+
+def test_every_selfplay_stages_row_is_a_valid_config_and_spy_clean_charges_a_paste_the_rewards_width(monkeypatch):
+    """Each row of experiments/selfplay_stages.py builds a config the trainer accepts; a row's own game fields
+    (``spy-clean``'s ``penalty_copy``) reach the game, the rest of the experiment's game unchanged."""
+    import argparse
+
+    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
+    import selfplay_stages
+
+    from spy_env.rewards import performing_rewards
+
+    args = argparse.Namespace(runs="runs/x", iterations=2, quick=False, set=[], init_model=None)
+    configs = {name: selfplay_stages.row_config(name, args) for name in selfplay_stages.ROWS}
+    for config in configs.values():
+        assert (config.game.n_players, config.game.degrade, config.game.max_document_chars) == (5, "mask_spans", 600)
+    soft, clean = configs["spy-soft"], configs["spy-clean"]
+    assert soft.game.penalty_copy == -0.5 and clean.game.penalty_copy == -5.0
+    assert clean.rollout.civilians == soft.rollout.civilians == "heuristic-soft"
+    caught = performing_rewards([4, 0, 0, 0, 1], 0, [True] * 5)[0]  # every civilian votes the spy, it votes seat 5
+    spared = performing_rewards([0, 2, 1, 1, 1], 0, [True] * 5)[0]  # no vote on the spy, every vote on civilians
+    assert (caught, spared) == (-3.75, 1.25) and clean.game.penalty_copy <= caught - spared
