@@ -438,15 +438,7 @@ def run_leaderboard(
     return {
         "model": model or policy_name(policy),
         "decoding": dict(decoding or {}),
-        "protocol": {
-            "set": board.name,
-            "score": METRICS[kind][0],
-            "set_sha256": board.sha256,
-            "interval": "bootstrap percentile 95% over games (2000 resamples, seed 0)",
-            "description": _DESCRIPTIONS[kind],
-            **({"secondary": SECONDARY[kind]} if kind in SECONDARY else {}),
-            **({"detector": policy_name(detector)} if detector is not None else {}),
-        },
+        "protocol": _protocol(board, detector),
         "seed": seed,
         "limit": limit,
         "results": {
@@ -460,6 +452,19 @@ def run_leaderboard(
                 "items": items,
             }
         },
+    }
+
+
+def _protocol(board: LeaderboardSet, detector: Policy | None) -> dict[str, Any]:
+    """What a result's numbers mean: the set, its score and secondary scores, the interval, the detector."""
+    return {
+        "set": board.name,
+        "score": METRICS[board.kind][0],
+        "set_sha256": board.sha256,
+        "interval": "bootstrap percentile 95% over games (2000 resamples, seed 0)",
+        "description": _DESCRIPTIONS[board.kind],
+        **({"secondary": SECONDARY[board.kind]} if board.kind in SECONDARY else {}),
+        **({"detector": policy_name(detector)} if detector is not None else {}),
     }
 
 
