@@ -275,3 +275,23 @@ def test_a_spy_that_pastes_its_copy_survives_but_not_cleanly():
     assert gain.mean < 0 and clean.endswith(f"| {gain.mean:+.3f} [{gain.low:+.3f}, {gain.high:+.3f}] |")
     survival = next(row for row in new_rows if row.startswith("| paster | spy-v1 | survival_rate |"))
     assert "| 0.000 [0.000, 0.000] |" not in survival
+
+
+@pytest.mark.parametrize(
+    ("items", "message"),
+    [([1, 2], "must be mappings"), ([{"survival_rate": "yes", "violations": []}], "survival_rate must be a finite")],
+)
+def test_compare_refuses_a_malformed_result_item_with_one_error_line(tmp_path, items, message):
+    good = run_leaderboard("spy", agents.load("heuristic"), limit=2, model="heuristic")
+    bad = json.loads(json.dumps(good))
+    bad["results"]["spy-v1"]["items"] = items
+    for name, run in (("good", good), ("bad", bad)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(run))
+    proc = subprocess.run(
+        [sys.executable, "-m", "spyrl", "leaderboard", "spy", "--compare", str(tmp_path / "good.json"),
+         str(tmp_path / "bad.json")],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error:") and message in line

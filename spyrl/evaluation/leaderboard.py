@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -505,16 +506,34 @@ def leaderboard_table(runs: Sequence[Mapping[str, Any]]) -> str:
 
 def item_score(item: Mapping[str, Any], score: str) -> float | None:
     """One game's ``score``; ``clean_survival_rate`` derived from ``survival_rate`` and ``violations`` where
-    the item predates it; None when the item cannot give it."""
-    if score in item:
-        return float(item[score])
-    if score == "clean_survival_rate" and "survival_rate" in item and "violations" in item:
-        return float(bool(item["survival_rate"]) and not item["violations"])
-    return None
+    the item predates it; None when the item cannot give it. A malformed item (not a mapping, a score that is
+    not a number) raises ``ValueError``: result files are read from users.
+
+    >>> item_score({"survival_rate": 1.0, "violations": ["verbatim_copy"]}, "clean_survival_rate")
+    0.0
+    """
+    if not isinstance(item, Mapping):
+        raise ValueError(f"a result item must be a mapping, got {type(item).__name__}")
+    derived = score == "clean_survival_rate" and score not in item and "violations" in item
+    key = "survival_rate" if derived else score
+    value = item.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise ValueError(f"a result item's {key} must be a finite number, got {value!r:.40}")
+    return float(bool(value) and not item["violations"]) if derived else float(value)
+
+
+def _items(result: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    """A result's per-game items, each a mapping (``ValueError`` otherwise: result files are read from users)."""
+    items = list((result or {}).get("items") or [])
+    if not all(isinstance(item, Mapping) for item in items):
+        raise ValueError("a result's items must be mappings, one per game")
+    return items
 
 
 def _score_interval(result: Mapping[str, Any], score: str) -> Interval | None:
-    values = [item_score(item, score) for item in result.get("items") or []]
+    values = [item_score(item, score) for item in _items(result)]
     if not values or None in values:
         return None
     return bootstrap(values)
@@ -522,7 +541,7 @@ def _score_interval(result: Mapping[str, Any], score: str) -> Interval | None:
 
 def _paired(result: Mapping[str, Any], first: Mapping[str, Any] | None, score: str) -> Interval | None:
     """``result`` − ``first`` on the same games, or None when they did not play the same games."""
-    items, base = result.get("items") or [], (first or {}).get("items") or []
+    items, base = _items(result), _items(first)
     same = len(items) == len(base) > 0 and all(
         (a.get("document_id"), a.get("game_seed"), a.get("seat"))
         == (b.get("document_id"), b.get("game_seed"), b.get("seat"))
