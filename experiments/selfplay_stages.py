@@ -86,26 +86,21 @@ from trainers import SpyRLConfig, SpyRLTrainer
 from trainers.extras import PLOTS
 from trainers.policies import learner_policy, seat_policy
 
+SPY_SOFT = {
+    "stage_schedule": "perform",
+    "civilians": "heuristic-soft",
+    "perform_reward": "expected",
+    "perform_group_norm": False,
+}
 ROWS: dict[str, dict[str, Any]] = {
     "selfplay": {"stage_schedule": "alternate"},
     "detect-only": {"stage_schedule": "detect"},
     "perform-reference": {"stage_schedule": "perform", "voter": "heuristic"},
     "spy-reference": {"stage_schedule": "perform", "civilians": "heuristic"},
-    "spy-soft": {
-        "stage_schedule": "perform",
-        "civilians": "heuristic-soft",
-        "perform_reward": "expected",
-        "perform_group_norm": False,
-    },
+    "spy-soft": SPY_SOFT,
     # a paste of the copy (a verbatim_copy violation) charged the width of the spy's r^P range with five
     # players (−3.75 caught by all four civilians to +1.25 voted by none): no paste can pay
-    "spy-clean": {
-        "stage_schedule": "perform",
-        "civilians": "heuristic-soft",
-        "perform_reward": "expected",
-        "perform_group_norm": False,
-        "game": {"penalty_copy": -5.0},
-    },
+    "spy-clean": {**SPY_SOFT, "game": {"penalty_copy": -5.0}},
 }
 GAME = {"n_players": 5, "degrade": "mask_spans", "max_document_chars": 600}
 BASE = {

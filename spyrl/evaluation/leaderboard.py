@@ -347,7 +347,7 @@ def _score_spy(
                 **_item_head(game),
                 "votes_against": int(truth["votes_received"][0][game.spy_seat]),
                 "survival_rate": float(not truth["spy_caught"]),
-                "clean_survival_rate": float(not truth["spy_caught"] and not perform_violations),
+                "clean_survival_rate": _clean_survival(not truth["spy_caught"], perform_violations),
                 "votes_against_share": truth["votes_received"][0][game.spy_seat] / len(votes),
                 **panel,
                 "no_answer_rate": float("no_answer" in perform_violations),
@@ -521,7 +521,12 @@ def item_score(item: Mapping[str, Any], score: str) -> float | None:
         return None
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
         raise ValueError(f"a result item's {key} must be a finite number, got {value!r:.40}")
-    return float(bool(value) and not item["violations"]) if derived else float(value)
+    return _clean_survival(bool(value), item["violations"]) if derived else float(value)
+
+
+def _clean_survival(survived: bool, violations: Sequence[str]) -> float:
+    """1.0 when the spy survived with a performance that broke no rule of the game."""
+    return float(survived and not violations)
 
 
 def _items(result: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
