@@ -107,7 +107,8 @@ def curve(played: list[list[dict]], window: int) -> dict[str, Any]:
         row: dict[str, Any] = {"iterations": [start + 1, min(start + window, len(scores))], "votes": votes}
         row.update({key: bootstrap([s[key] for s in part]).to_dict() for key in keys})
         windows.append(row)
-    first, last = ([s for s in scores[i : i + window] if s["votes"]] for i in (0, (len(scores) - 1) // window * window))
+    first = [s for s in scores[:window] if s["votes"]]
+    last = [s for s in scores[(len(scores) - 1) // window * window :] if s["votes"]]  # the last window, maybe short
     change = {key: difference([s[key] for s in last], [s[key] for s in first]).to_dict() for key in keys}
     return {"window": window, "iterations": len(scores), "windows": windows, "change": change}
 
