@@ -16,8 +16,10 @@ iteration is one setup replayed ``games_per_document`` times, so its votes are n
 unit resampled is the iteration. ``change`` is the last window minus the first, the two windows resampled
 independently. ``votes`` counts the trained votes up to each window's end, the x-axis of the curve.
 
-    python experiments/vote_curve.py runs/attempt10/phase_v/detect-only --window 16 \\
+    python experiments/vote_curve.py runs/attempt10/phase_v/detect-only --window 16 --iterations 80 \\
         --out docs/experiment/selfplay/attempt10/vote_curve.json
+
+``--iterations N`` reads the first N iterations only: what a run that was continued later held at N.
 
 Writes the JSON and, beside it, the curve as PNG (atomically).
 """
@@ -44,10 +46,15 @@ from trainers.extras import PLOTS
 BUFFER = re.compile(r"iter_(\d{5})\.parquet")
 
 
-def iteration_buffers(run: Path) -> list[list[dict]]:
-    """The rows of each iteration's training games, in order, from ``run/buffers/iter_NNNNN.parquet``."""
+def iteration_buffers(run: Path, iterations: int | None = None) -> list[list[dict]]:
+    """The rows of each iteration's training games, in order, from ``run/buffers/iter_NNNNN.parquet``; with
+    ``iterations``, the first that many only (a run continued later: what it held at that point)."""
     folder = run / "buffers"
     found = sorted((int(m.group(1)), p) for p in folder.glob("iter_*.parquet") if (m := BUFFER.fullmatch(p.name)))
+    if iterations is not None:
+        if len(found) < iterations:
+            raise ValueError(f"--iterations {iterations}: {str(folder)!r} holds {len(found)} iterations' buffers")
+        found = found[:iterations]
     if not found:
         raise ValueError(f"{str(folder)!r} holds no iter_NNNNN.parquet buffer: run with run.keep_buffers=true")
     numbers = [n for n, _ in found]
@@ -143,14 +150,15 @@ def main(argv: list[str] | None = None) -> int:
     p = experiment_parser(__doc__, None, "the JSON file to write (the PNG beside it)", overrides=False)
     p.add_argument("run", help="the run's output folder (it holds buffers/iter_NNNNN.parquet)")
     p.add_argument("--window", type=int, default=16, help="iterations per window")
+    p.add_argument("--iterations", type=int, default=None, help="read the first N iterations only (default: all)")
     args = p.parse_args(argv)
     out = Path(args.out)
     try:
-        if args.window < 1:
-            raise ValueError(f"--window must be >= 1, got {args.window}")
+        if args.window < 1 or (args.iterations is not None and args.iterations < 1):
+            raise ValueError(f"--window and --iterations must be >= 1, got {args.window} and {args.iterations}")
         require([PLOTS])
         refuse_existing_outputs([out, out.with_suffix(".png")], overwrite=args.overwrite)
-        played = iteration_buffers(Path(args.run))
+        played = iteration_buffers(Path(args.run), args.iterations)
         result = {"command": command_of(__file__, argv), "run": args.run, **curve(played, args.window)}
     except (ImportError, ValueError) as e:
         return user_error(e)

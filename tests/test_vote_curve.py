@@ -89,4 +89,18 @@ def test_a_run_without_buffers_or_with_a_gap_is_one_error_line(vote_curve, tmp_p
     assert err.startswith("error: ") and "misses iterations: it holds 0..2, 2 files" in err
     _run(tmp_path / "whole", 1)
     assert vote_curve.main([str(tmp_path / "whole"), "--window", "0", "--out", str(tmp_path / "c.json")]) == 2
-    assert "--window must be >= 1" in capsys.readouterr().err
+    assert "--window and --iterations must be >= 1" in capsys.readouterr().err
+    assert vote_curve.main([str(tmp_path / "whole"), "--iterations", "2", "--out", str(tmp_path / "c.json")]) == 2
+    assert "holds 1 iterations' buffers" in capsys.readouterr().err
+
+
+def test_iterations_reads_what_a_continued_run_held_at_that_point(vote_curve, tmp_path):
+    played = _run(tmp_path, 3)
+    assert (
+        vote_curve.main([str(tmp_path), "--window", "1", "--iterations", "2", "--out", str(tmp_path / "a.json")]) == 0
+    )
+    _run(tmp_path / "first_two", 2)  # the same games, as a run that stopped there holds them
+    assert vote_curve.main([str(tmp_path / "first_two"), "--window", "1", "--out", str(tmp_path / "b.json")]) == 0
+    a, b = (json.loads((tmp_path / f"{n}.json").read_text()) for n in "ab")
+    assert a["iterations"] == 2 and a["windows"] == b["windows"] and a["change"] == b["change"]
+    assert len(played) == 3
