@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from harness import command_of, experiment_parser, user_error
 
-from agents.rules import RULES, played_shares, played_votes
+from agents.rules import RULES, played_votes, spy_share
 from spy_env.buffer import EpisodeBuffer
 from spy_env.extras import require
 from spy_env.heldout import Interval, bootstrap, percentile_interval, resample_counts
@@ -67,7 +67,8 @@ def iteration_buffers(run: Path, iterations: int | None = None) -> list[list[dic
 
 def iteration_scores(rows: list[dict]) -> dict[str, float]:
     """One iteration's first-round civilian votes: the model's sampled and expected accuracy, every rule's share."""
-    votes = [vote for vote, _, _ in played_votes(rows)]
+    views = played_votes(rows)  # each vote with the performances its voter saw: the rules read the same views
+    votes = [vote for vote, _, _ in views]
     if not votes:
         return {"votes": 0}
     expected = [_expected(vote) for vote in votes]
@@ -78,8 +79,7 @@ def iteration_scores(rows: list[dict]) -> dict[str, float]:
         "model_expected": sum(finite) / len(finite) if finite else math.nan,
     }
     for name, rule in RULES.items():
-        shares = played_shares(rows, rule)
-        out[name] = sum(shares) / len(shares) if shares else math.nan
+        out[name] = sum(spy_share(rule, shown, others, vote["spy_seat"]) for vote, shown, others in views) / len(views)
     return out
 
 
