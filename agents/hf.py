@@ -10,6 +10,7 @@ stopped on it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import warnings
 from collections.abc import Sequence
@@ -143,6 +144,8 @@ class HFPolicy:
     decoded (see :mod:`agents.decoding`); actions then carry
     ``completion_mask`` (1 for the tokens the model chose, 0 for forced ones) and, for votes,
     ``vote_distribution`` (the model's probability of each choice at the choice step).
+    The attribute ``perform_sampling`` (None: as ``sampling``) samples every reply but a vote (the
+    performances) its own way; the trainer sets it from ``decoding.perform_temperature``.
     """
 
     def __init__(
@@ -163,6 +166,7 @@ class HFPolicy:
         self.model = model
         self.tokenizer = tokenizer
         self.sampling = sampling or SamplingParams()
+        self.perform_sampling: SamplingParams | None = None
         self.name = name
         self.batch_size = batch_size
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
@@ -197,7 +201,18 @@ class HFPolicy:
 
     # ------------------------------------------------------------------ policy
     def act(self, observations: Sequence[Observation]) -> list[Action]:
-        return self.generate([self.encode(obs) for obs in observations], [self.program(obs) for obs in observations])
+        prompts, programs = [self.encode(obs) for obs in observations], [self.program(obs) for obs in observations]
+        if self.perform_sampling is None:
+            return self.generate(prompts, programs)
+        out: list[Action | None] = [None] * len(observations)
+        votes = [is_vote(obs) for obs in observations]
+        for sampling, wanted in ((self.sampling, True), (self.perform_sampling, False)):
+            rows = [i for i, vote in enumerate(votes) if vote is wanted]
+            if rows:
+                actions = self.generate([prompts[i] for i in rows], [programs[i] for i in rows], sampling=sampling)
+                for i, action in zip(rows, actions, strict=True):
+                    out[i] = action
+        return out  # type: ignore[return-value]
 
     def _ids(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -236,12 +251,10 @@ class HFPolicy:
     def _answer_program(self, eos: int) -> AnswerProgram:
         opener, closer = self._ids("\n\n\\boxed{"), self._ids("}")
         answer_tokens = self.decoding.answer_tokens
-        budget = self.sampling.max_new_tokens - AnswerProgram.reserved(opener, closer, answer_tokens)
+        room = (self.perform_sampling or self.sampling).max_new_tokens
+        budget = room - AnswerProgram.reserved(opener, closer, answer_tokens)
         if budget < 1:
-            raise ValueError(
-                f"max_new_tokens ({self.sampling.max_new_tokens}) leaves no room for a boxed answer "
-                f"of {answer_tokens} tokens"
-            )
+            raise ValueError(f"max_new_tokens ({room}) leaves no room for a boxed answer of {answer_tokens} tokens")
         return AnswerProgram(
             budget,
             opener,
@@ -262,28 +275,30 @@ class HFPolicy:
         self,
         prompts: Sequence[Sequence[int]],
         programs: Sequence[DecodeProgram | None] | None = None,
+        *,
+        sampling: SamplingParams | None = None,
     ) -> list[Action]:
         """Generate one completion per prompt (token ids), in chunks of ``batch_size``.
 
         Chunks are cut from the prompts in sorted order (prompts sharing a prefix side by side) when
         prefixes are shared, else by length. ``programs`` optionally shapes a prompt's completion
-        (see :mod:`agents.decoding`).
+        (see :mod:`agents.decoding`); ``sampling`` replaces the policy's own for this call.
         """
+        sampling = sampling or self.sampling
         programs = programs or [None] * len(prompts)
         key = (lambda i: list(prompts[i])) if self.share_prefix else (lambda i: len(prompts[i]))
         order = sorted(range(len(prompts)), key=key)
         results: list[Action | None] = [None] * len(prompts)
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
-            batch = self._generate_batch([prompts[i] for i in chunk], [programs[i] for i in chunk])
+            batch = self._generate_batch([prompts[i] for i in chunk], [programs[i] for i in chunk], sampling)
             for i, action in zip(chunk, batch, strict=True):
                 results[i] = action
         return results  # type: ignore[return-value]
 
-    def _generation_config(self):
+    def _generation_config(self, s: SamplingParams):
         from transformers import GenerationConfig
 
-        s = self.sampling
         kwargs: dict[str, Any] = {
             "max_new_tokens": s.max_new_tokens,
             "do_sample": not s.greedy,
@@ -295,17 +310,17 @@ class HFPolicy:
         return GenerationConfig(**kwargs)
 
     def _generate_batch(
-        self, prompts: Sequence[Sequence[int]], programs: Sequence[DecodeProgram | None]
+        self, prompts: Sequence[Sequence[int]], programs: Sequence[DecodeProgram | None], sampling: SamplingParams
     ) -> list[Action]:
         torch = _torch()
         from transformers import LogitsProcessorList
 
         device = next(self.model.parameters()).device
-        rows, input_ids, attention_mask, cache = self._batch_inputs(prompts)
+        rows, input_ids, attention_mask, cache = self._batch_inputs(prompts, sampling.max_new_tokens)
         prompts, programs = [prompts[r] for r in rows], [programs[r] for r in rows]
         width = input_ids.shape[1]
-        if self.sampling.seed is not None:
-            torch.manual_seed(self.sampling.seed + self._calls)
+        if sampling.seed is not None:
+            torch.manual_seed(sampling.seed + self._calls)
         self._calls += 1
         recorder = _SampledLogprobs()
         processors: list[Any] = [recorder]  # first: it must see the raw logits
@@ -318,7 +333,7 @@ class HFPolicy:
                 input_ids=input_ids.to(device),
                 attention_mask=attention_mask.to(device),
                 **cache_argument(self.model, cache),
-                generation_config=self._generation_config(),
+                generation_config=self._generation_config(sampling),
                 logits_processor=LogitsProcessorList(processors),
             )
         if runner is not None:
@@ -330,7 +345,7 @@ class HFPolicy:
             actions[rows[row]] = self._action(prompt, completions[row].tolist(), logprobs[row], program)
         return actions  # type: ignore[return-value]
 
-    def _batch_inputs(self, prompts: Sequence[Sequence[int]]) -> tuple[list[int], Any, Any, Any]:
+    def _batch_inputs(self, prompts: Sequence[Sequence[int]], room: int) -> tuple[list[int], Any, Any, Any]:
         """``(rows, input_ids, attention_mask, cache)``: the batch in the order ``rows``, left-padded.
 
         With ``share_prefix``, prompts are grouped by common prefix and each group's prefix is
@@ -340,9 +355,7 @@ class HFPolicy:
         torch = _torch()
         if self.share_prefix and len(prompts) > 1 and min(len(p) for p in prompts) > 1:
             with torch.inference_mode():
-                return prefill(
-                    self.model, prompts, self.pad_id, prefix_groups(prompts), room=self.sampling.max_new_tokens
-                )
+                return prefill(self.model, prompts, self.pad_id, prefix_groups(prompts), room=room)
         input_ids, attention_mask = left_pad(prompts, self.pad_id)
         return list(range(len(prompts))), input_ids, attention_mask, None
 
@@ -372,7 +385,9 @@ class HFPolicy:
     # ----------------------------------------------- rollout policy (spy_env.policy.RolloutPolicy)
     def restart_sampling(self, seed: int | None) -> None:
         """Sample as a fresh run seeded by ``seed``: generation call k of the run draws with ``seed + k``."""
-        self.sampling = SamplingParams(**{**self.sampling.to_dict(), "seed": seed})
+        self.sampling = dataclasses.replace(self.sampling, seed=seed)
+        if self.perform_sampling is not None:
+            self.perform_sampling = dataclasses.replace(self.perform_sampling, seed=seed)
         self._calls = 0
 
     def sync(self) -> None:

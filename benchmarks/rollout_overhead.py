@@ -42,7 +42,7 @@ def raw_generate(policy, prompts: list[list[int]], call_index: int) -> int:
             out = policy.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
-                generation_config=policy._generation_config(),
+                generation_config=policy._generation_config(policy.sampling),
             )
         for row in out[:, width:].tolist():
             stop = next((i for i, t in enumerate(row) if t in policy.eos_ids), None)

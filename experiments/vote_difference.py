@@ -115,7 +115,7 @@ def one_old_step(trainer, config, selected, choices, logits) -> dict[str, float]
     rows = samples.rows
     samples.choices = [None] * len(rows)  # the old path: whole-vocabulary log-probs
     trainer.model.train()
-    trainer._optimizer_step(samples, list(range(8)), "action", UpdateTotals())
+    trainer._optimizer_step(samples, list(range(8)), "action", config.decoding.temperature, UpdateTotals())
     trainer.model.eval()
     after = choice_logits(trainer, rows)
     moves = []

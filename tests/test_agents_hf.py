@@ -126,6 +126,33 @@ def test_seeded_sampling_is_reproducible_and_stops_at_length(tiny_model_dir):
     assert all(len(ids) <= 5 for ids in first)
 
 
+def test_performances_sample_apart_from_votes(tiny_model_dir):
+    """``perform_sampling`` decodes every reply but a vote its own way; the votes draw exactly as a policy
+    with ``sampling`` alone would, and a restart reseeds both."""
+    from agents.decoding import is_vote
+
+    sampled, greedy = SamplingParams(max_new_tokens=10, seed=3), SamplingParams(temperature=0.0, max_new_tokens=10)
+    split = HFPolicy.from_pretrained(str(tiny_model_dir), device="cpu", sampling=sampled, batch_size=64)
+    split.perform_sampling = greedy
+    obs = observations(2)
+    votes = [o for o in obs if is_vote(o)]
+    performs = [o for o in obs if not is_vote(o)]
+    assert votes and performs
+    mixed = {id(o): a for o, a in zip(obs, split.act(obs), strict=True)}
+    alone = HFPolicy.from_pretrained(str(tiny_model_dir), device="cpu", sampling=sampled, batch_size=64)
+    assert [mixed[id(o)].completion_token_ids for o in votes] == [a.completion_token_ids for a in alone.act(votes)]
+    as_greedy = HFPolicy.from_pretrained(str(tiny_model_dir), device="cpu", sampling=greedy, batch_size=64)
+    assert [mixed[id(o)].completion_token_ids for o in performs] == [
+        a.completion_token_ids for a in as_greedy.act(performs)
+    ]
+    other = HFPolicy.from_pretrained(str(tiny_model_dir), device="cpu", sampling=sampled, batch_size=64)
+    other.act(votes)  # a second call draws other votes: the counter of calls moved on
+    assert [a.completion_token_ids for a in other.act(votes)] != [mixed[id(o)].completion_token_ids for o in votes]
+    split.restart_sampling(11)
+    assert split.sampling.seed == split.perform_sampling.seed == 11
+    assert split.perform_sampling.greedy and not split.sampling.greedy
+
+
 def test_prompts_use_the_chat_template(tiny_model_dir):
     policy = HFPolicy.from_pretrained(str(tiny_model_dir), device="cpu")
     obs = observations(1)[0]

@@ -280,6 +280,42 @@ def test_bfloat16_training_keeps_dtype_and_finite_metrics(tmp_path):
     assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
 
 
+def test_perform_temperature_samples_and_scores_performances_apart_from_votes(tmp_path, monkeypatch):
+    """``decoding.perform_temperature``: a replayed setup's performances drawn near-greedy are one text per
+    seat, the votes on them still draw at ``temperature``, and each stage's update computes its
+    log-probs at its own temperature."""
+    import trainers.update
+    from trainers.grpo import SpyRLTrainer
+
+    config = toy_detection_config(
+        tmp_path / "run", performer="self", stage_schedule="alternate", eval_games=0, documents_per_iteration=4,
+        max_completion_tokens=8, perform_temperature=0.02,
+    )  # fmt: skip
+    trainer = SpyRLTrainer(config)
+    buffer = trainer.rollouts()
+    texts, votes = {}, {}
+    for r in buffer:
+        key = (r["document_id"], r["seat"])
+        (texts if r["stage"] == "perform" else votes).setdefault(key, set()).add(
+            tuple(r["completion_token_ids"]) if r["stage"] == "perform" else r["vote"]
+        )
+    assert texts and all(len(v) == 1 for v in texts.values())  # 4 replays, one text a seat
+    assert any(len(v) > 1 for v in votes.values())  # the votes on those same texts still vary
+    seen = []
+    real = trainers.update.sequence_logps
+
+    def recording(*args, **kwargs):
+        seen.append(args[4])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainers.update, "sequence_logps", recording)
+    for stage in ("perform", "detect"):
+        samples, _ = trainer.select_samples(buffer, stage)
+        seen.clear()
+        trainer.update(samples, stage)
+        assert seen and set(seen) == {0.02 if stage == "perform" else 1.0}, stage
+
+
 def test_forced_vote_tokens_are_never_scored(tmp_path):
     """Constrained votes: only the seat token is the model's choice. Changing the forced tokens after it
     (``</vote>`` and EOS) must not change an update at all; changing the choice must."""

@@ -102,3 +102,21 @@ def test_validating_a_config_builds_no_agent(monkeypatch):
             ValueError, match=rf"SpyRLConfig\.rollout\.performer must be 'self' or an agent spec \(.*{needle}"
         ):
             SpyRLConfig.from_dict(dict(performer=spec))
+
+
+def test_perform_temperature_is_checked_by_name_and_sets_only_the_performing_stage():
+    config = SpyRLConfig.from_dict(dict(perform_temperature=0.5))
+    assert config.decoding.temperature_of(Stage.PERFORM) == 0.5
+    assert config.decoding.temperature_of("vote") == config.decoding.temperature == 1.0
+    assert config.decoding.perform_sampling().temperature == 0.5
+    assert SpyRLConfig.from_dict({}).decoding.perform_sampling() is None
+    assert SpyRLConfig.from_dict({}).decoding.temperature_of(Stage.PERFORM) == 1.0
+    for value in (0, -0.5, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"SpyRLConfig\.decoding\.perform_temperature must be None or a finite"):
+            SpyRLConfig.from_dict(dict(perform_temperature=value))
+    with pytest.raises(ValueError, match=r"SpyRLConfig\.decoding\.perform_temperature must be a number or None"):
+        SpyRLConfig.from_dict(dict(perform_temperature="warm"))
+    with pytest.raises(  # one temperature a vLLM engine
+        ValueError, match=r"perform_temperature must be None with rollout\.generation='vllm-colocate' \(needs 'hf'\)"
+    ):
+        SpyRLConfig.from_dict(dict(perform_temperature=0.5, generation="vllm-colocate"))

@@ -191,6 +191,10 @@ class SpyRLConfig:
             )
         if decoding.answer != "free" and rollout.generation != "hf":  # vLLM rollouts send one pattern per call
             raise bad(decoding, "answer", f"'free' with rollout.generation={rollout.generation!r} (boxed needs 'hf')")
+        if decoding.perform_temperature is not None and rollout.generation != "hf":  # vLLM: one temperature
+            raise bad(
+                decoding, "perform_temperature", f"None with rollout.generation={rollout.generation!r} (needs 'hf')"
+            )
         needs_replays = grouping_of(advantages.detect_advantage_groups).needs_replayed_setups
         if needs_replays and (not rollout.replay_setup or rollout.games_per_document < 2):
             # without replayed setups every vote prompt is unique: one-member groups, every advantage 0

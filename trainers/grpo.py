@@ -264,19 +264,20 @@ class SpyRLTrainer:
         orders = [torch.randperm(len(rows), generator=generator).tolist() for _ in range(c.update.epochs)]
         orders = [list(range(len(rows)))] if samples.kept else orders  # one step, in the kept log-probs' order
         # the first mini-batch trains before any step: its behaviour log-probs are the current ones
-        self._fix_logps(samples, on_policy=set(orders[0][:size]))
+        temperature = c.decoding.temperature_of(stage)
+        self._fix_logps(samples, set(orders[0][:size]), temperature)
         self.model.train()
         totals = UpdateTotals()
         for order in orders:
             for start in range(0, len(order), size):
-                self._optimizer_step(samples, order[start : start + size], level, totals)
+                self._optimizer_step(samples, order[start : start + size], level, temperature, totals)
         self.model.eval()
         return totals.metrics()
 
-    def _fix_logps(self, samples: TrainingSamples, on_policy: set[int]) -> None:
-        """Behaviour log-probs of the off-policy samples, and reference log-probs (``beta`` > 0): once,
-        before any step."""
-        c, t = self.config, self.config.decoding.temperature
+    def _fix_logps(self, samples: TrainingSamples, on_policy: set[int], t: float) -> None:
+        """Behaviour log-probs of the off-policy samples, and reference log-probs (``beta`` > 0), at the
+        stage's temperature ``t``: once, before any step."""
+        c = self.config
 
         def behaviour(prompts: list[list[int]], completions: list[list[int]], choices: list) -> tuple:
             out = sequence_logps(self.model, prompts, completions, self.pad_id, t, choices=choices)
@@ -297,8 +298,11 @@ class SpyRLTrainer:
                     samples.logps_by_row(reference, range(len(samples.rows)), c.update.micro_batch_size)[0]
                 )
 
-    def _optimizer_step(self, samples: TrainingSamples, mini: list[int], level: str, totals: UpdateTotals) -> None:
-        """One optimizer step on ``mini`` (sample indices), gradients accumulated over micro-batches (one, kept)."""
+    def _optimizer_step(
+        self, samples: TrainingSamples, mini: list[int], level: str, temperature: float, totals: UpdateTotals
+    ) -> None:
+        """One optimizer step on ``mini`` (sample indices), gradients accumulated over micro-batches (one, kept),
+        log-probs at the stage's ``temperature``."""
         c, kept = self.config, samples.kept
         step = len(mini) if kept else c.update.micro_batch_size  # the rollout's kept graphs: no new forward
         micros = [mini[i : i + step] for i in range(0, len(mini), step)]
@@ -316,7 +320,7 @@ class SpyRLTrainer:
                 if not boundary and self.accelerator.distributed_type in processes.DDP_TYPES:
                     stack.enter_context(self.accelerator.no_sync(self.model))
                 totals.add_micro_step(
-                    micro_step(self.model, batch, c.decoding.temperature, self.pad_id, self.accelerator.backward, kept)
+                    micro_step(self.model, batch, temperature, self.pad_id, self.accelerator.backward, kept)
                 )
         grad_norm = None
         if c.update.max_grad_norm:  # under DeepSpeed the engine clips (gradient_clipping) and reports the norm

@@ -3,6 +3,8 @@ it) in every seat, or in one stage's seats with a fixed agent in the other's."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Literal
@@ -123,6 +125,11 @@ class DecodingConfig:
     SECTION: ClassVar[str] = "decoding"
 
     temperature: float = setting(1.0, "Sampling temperature of rollouts (logps are computed at this temperature).")
+    perform_temperature: float | None = setting(
+        None,
+        "Sampling temperature of performances (None: temperature); votes keep temperature, and each stage's "
+        "logps are computed at its own (hf rollouts).",
+    )
     top_p: float = setting(1.0, "Nucleus sampling of rollouts.")
     max_completion_tokens: int = setting(4096, "Completion budget (max new tokens).")
     vote_mode: Literal["free", "constrained", "think-then-vote"] = setting(
@@ -145,6 +152,15 @@ class DecodingConfig:
             positive=("temperature",),
             fractions=("top_p",),
         )
+        value = self.perform_temperature
+        if value is not None and (isinstance(value, bool) or not math.isfinite(value) or value <= 0):
+            raise bad(self, "perform_temperature", "None or a finite number > 0")
+
+    def temperature_of(self, stage: Stage | str) -> float:
+        """The temperature ``stage``'s replies are sampled at, and their log-probs computed at."""
+        if Stage.of(stage) is Stage.PERFORM and self.perform_temperature is not None:
+            return self.perform_temperature
+        return self.temperature
 
     def options(self) -> DecodingOptions:
         """The options that shape the learner's replies while decoding, as the agents' one record (its
@@ -156,6 +172,12 @@ class DecodingConfig:
         if greedy:
             return SamplingParams(temperature=0.0, max_new_tokens=self.max_completion_tokens)
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_completion_tokens)
+
+    def perform_sampling(self) -> SamplingParams | None:
+        """How performances are sampled when ``perform_temperature`` sets them apart from the votes (else None)."""
+        if self.perform_temperature is None:
+            return None
+        return dataclasses.replace(self.sampling(), temperature=self.perform_temperature)
 
 
 def learner_policy(
@@ -173,6 +195,7 @@ def learner_policy(
         decoding=options,
         share_prefix=rollout.share_prefix,
     )
+    policy.perform_sampling = None if greedy else decoding.perform_sampling()
     if rollout.forward_votes:
         from trainers.votes import ForwardVotes
 
