@@ -284,12 +284,14 @@ def test_perform_temperature_samples_and_scores_performances_apart_from_votes(tm
     """``decoding.perform_temperature``: a replayed setup's performances drawn near-greedy are one text per
     seat, the votes on them still draw at ``temperature``, and each stage's update computes its
     log-probs at its own temperature."""
+    import trainers.grpo
+    import trainers.models
     import trainers.update
     from trainers.grpo import SpyRLTrainer
 
-    config = toy_detection_config(
+    config = toy_detection_config(  # mini-batches, 2 epochs, a KL term: behaviour and reference log-probs too
         tmp_path / "run", performer="self", stage_schedule="alternate", eval_games=0, documents_per_iteration=4,
-        max_completion_tokens=8, perform_temperature=0.02,
+        max_completion_tokens=8, perform_temperature=0.02, epochs=2, beta=0.01, mini_batch_size=16, micro_batch_size=8,
     )  # fmt: skip
     trainer = SpyRLTrainer(config)
     buffer = trainer.rollouts()
@@ -301,19 +303,21 @@ def test_perform_temperature_samples_and_scores_performances_apart_from_votes(tm
         )
     assert texts and all(len(v) == 1 for v in texts.values())  # 4 replays, one text a seat
     assert any(len(v) > 1 for v in votes.values())  # the votes on those same texts still vary
-    seen = []
-    real = trainers.update.sequence_logps
+    seen = {}
+    for module in (trainers.update, trainers.grpo, trainers.models):  # the step's, behaviour and reference log-probs
+        real = module.sequence_logps
 
-    def recording(*args, **kwargs):
-        seen.append(args[4])
-        return real(*args, **kwargs)
+        def recording(*args, real=real, name=module.__name__, **kwargs):
+            seen.setdefault(name, set()).add(args[4])
+            return real(*args, **kwargs)
 
-    monkeypatch.setattr(trainers.update, "sequence_logps", recording)
+        monkeypatch.setattr(module, "sequence_logps", recording)
     for stage in ("perform", "detect"):
         samples, _ = trainer.select_samples(buffer, stage)
         seen.clear()
         trainer.update(samples, stage)
-        assert seen and set(seen) == {0.02 if stage == "perform" else 1.0}, stage
+        want = 0.02 if stage == "perform" else 1.0
+        assert seen == {m: {want} for m in ("trainers.update", "trainers.grpo", "trainers.models")}, stage
 
 
 def test_forced_vote_tokens_are_never_scored(tmp_path):
