@@ -3,10 +3,9 @@ it) in every seat, or in one stage's seats with a fixed agent in the other's."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
@@ -177,7 +176,7 @@ class DecodingConfig:
         """How performances are sampled when ``perform_temperature`` sets them apart from the votes (else None)."""
         if self.perform_temperature is None:
             return None
-        return dataclasses.replace(self.sampling(), temperature=self.perform_temperature)
+        return replace(self.sampling(), temperature=self.perform_temperature)
 
 
 def learner_policy(
