@@ -320,6 +320,51 @@ def test_perform_temperature_samples_and_scores_performances_apart_from_votes(tm
         assert seen == {m: {want} for m in ("trainers.update", "trainers.grpo", "trainers.models")}, stage
 
 
+def test_a_fixed_llm_performer_samples_as_the_run_decodes_stays_frozen_and_never_trains(tmp_path, monkeypatch):
+    """``performer=hf:PATH``: a frozen copy performs in every seat. It is loaded once, on the learner's device
+    and in its dtype, samples as ``decoding`` says (``perform_temperature``, the budget, the answer mode) from
+    its own seed stream, its rows never train whatever the stage, and the votes on its texts do."""
+    import agents.hf
+    from trainers.grpo import SpyRLTrainer
+    from trainers.seeds import SeedStream, seed_for
+
+    config = toy_detection_config(
+        tmp_path / "run", stage_schedule="alternate", eval_games=0, documents_per_iteration=4,
+        max_completion_tokens=16, perform_temperature=0.02, answer="boxed", answer_tokens=3,
+    )  # fmt: skip
+    config = config.with_overrides([f"performer=hf:{config.model.name_or_path}"])
+    trainer = SpyRLTrainer(config)
+    frozen = trainer.fixed.performer
+    assert isinstance(frozen, agents.hf.HFPolicy) and frozen.model is not trainer.unwrapped
+    assert (frozen.sampling.temperature, frozen.sampling.max_new_tokens, frozen.perform_sampling.temperature) == (
+        1.0, 16, 0.02,
+    )  # fmt: skip
+    assert frozen.decoding == config.decoding.options() and frozen.decoding.answer == "boxed"
+    assert {(p.device.type, p.dtype) for p in frozen.model.parameters()} == {("cpu", torch.float32)}
+    before = {k: v.clone() for k, v in frozen.model.state_dict().items()}
+    buffer = trainer.rollouts()
+    assert frozen.perform_sampling.seed == seed_for(config.run.seed, 0, SeedStream.FIXED)
+    texts = {}
+    for r in buffer:
+        if r["stage"] == "perform":
+            assert 0 < len(r["completion_token_ids"]) <= 16 and r["trainable"]  # the frozen copy's own tokens
+            texts.setdefault((r["document_id"], r["seat"]), set()).add(tuple(r["completion_token_ids"]))
+    assert texts and all(len(v) == 1 for v in texts.values())  # near-greedy at 0.02: one text a seat
+    assert [tuple(r["completion_token_ids"]) for r in trainer.rollouts()] == [
+        tuple(r["completion_token_ids"]) for r in buffer
+    ]  # the same iteration draws the same again
+    assert trainer.select_samples(buffer, "perform")[0] == []  # not the learner's tokens: never trained
+    votes, _ = trainer.select_samples(buffer, "detect")
+    assert votes and {s.row["stage"] for s in votes} == {"vote"}
+    learner = {k: v.clone() for k, v in trainer.unwrapped.state_dict().items()}
+    trainer.update(votes, "detect")
+    assert any(not torch.equal(v, trainer.unwrapped.state_dict()[k]) for k, v in learner.items())
+    assert all(torch.equal(v, frozen.model.state_dict()[k]) for k, v in before.items())
+    monkeypatch.setattr(agents.hf.HFPolicy, "from_pretrained", None)  # loaded once: evaluation reuses it
+    assert trainer.evaluate(6) == trainer.evaluate(6)
+    assert trainer.fixed.performer is frozen
+
+
 def test_forced_vote_tokens_are_never_scored(tmp_path):
     """Constrained votes: only the seat token is the model's choice. Changing the forced tokens after it
     (``</vote>`` and EOS) must not change an update at all; changing the choice must."""

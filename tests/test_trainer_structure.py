@@ -59,13 +59,39 @@ def test_stage_policy_routes_by_stage_and_restarts_and_syncs_only_the_learner():
     )
 
 
+def test_fixed_agents_are_built_once_and_scripted_ones_fresh_for_each_evaluation():
+    """A spec named twice is one agent; ``fresh`` rebuilds scripted agents from the seed (an evaluation's
+    players do not depend on the games before it) and keeps and reseeds the ones that sample."""
+    pytest.importorskip("torch")
+    from trainers.policies import FixedAgents, RolloutConfig, StagePolicy, fixed_agents, seat_policy
+
+    config = RolloutConfig(performer="heuristic", voter="heuristic")
+    fixed = fixed_agents(config, seed=3)
+    assert fixed.performer is fixed.voter and fixed.civilians is None
+    assert not config.learner_plays("perform") and not config.learner_plays(Stage.VOTE)
+    assert RolloutConfig(performer="heuristic").learner_plays("vote")
+    assert not RolloutConfig(performer="heuristic").learner_plays("perform")
+    first = [fixed.performer.rng.random() for _ in range(3)]
+    again = fixed.fresh(config, seed=3)
+    assert again.performer is not fixed.performer and [again.performer.rng.random() for _ in range(3)] == first
+    learner = Learner()
+    kept = FixedAgents(performer=learner)  # an agent that samples: kept, its sampling restarted
+    assert kept.fresh(RolloutConfig(performer="random"), seed=5).performer is learner and learner.restarts == [5]
+    policy = seat_policy(config, 0, Learner(), fixed)
+    assert isinstance(policy, StagePolicy) and policy.performer is fixed.performer and policy.voter is fixed.voter
+    civilians = fixed_agents(RolloutConfig(civilians="heuristic"), seed=0)
+    assert seat_policy(RolloutConfig(civilians="heuristic"), 0, Learner(), civilians) is civilians.civilians
+
+
 def test_seed_streams_keep_their_numbers():
-    """The named streams draw exactly what ``(seed, iteration, 0/1/2/3[, rank])`` drew before they had names."""
+    """The named streams draw exactly what ``(seed, iteration, 0/1/2/3[, rank])`` drew before they had names
+    (FIXED, added later, is 4)."""
     for stream, number in (
         (SeedStream.GAMES, 0),
         (SeedStream.SAMPLING, 1),
         (SeedStream.SHUFFLE, 2),
         (SeedStream.EPOCH, 3),
+        (SeedStream.FIXED, 4),
     ):
         for rank in (0, 2):
             entropy = [5, 4, number] + ([rank] if rank else [])

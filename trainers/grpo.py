@@ -5,7 +5,7 @@ One iteration (reads top to bottom in :meth:`SpyRLTrainer.train_iteration`):
 1. **Rollouts.** ``documents_per_iteration × games_per_document`` games over all processes, the
    current policy in every seat (``hf`` on the policy itself; vLLM on GPU); buffers are saved.
 2. **Samples.** Only the current stage trains: performances in the performing stage, votes in
-   the detection stage (the spy's vote only with ``train_spy_vote``).
+   the detection stage (the spy's vote only with ``train_spy_vote``); a fixed agent's replies never.
 3. **Advantages.** Detection: rewards normalised over each game's voters (Eq. 5; the spy's vote
    in the group with ``spy_vote_in_group``). Performing: ``r − b_role`` with role-conditioned
    EMA baselines (RAE, seeded by the first batch), optionally scaled within
@@ -60,7 +60,7 @@ from trainers.loss import LossScale, loss_items
 from trainers.metrics import TrainingProgress, iteration_metrics, rule_metrics
 from trainers.models import reference_logps, trainable_model
 from trainers.perform_rewards import perform_stage_rewards
-from trainers.policies import learner_policy, seat_policy, spy_seat_policy
+from trainers.policies import fixed_agents, learner_policy, seat_policy, spy_seat_policy
 from trainers.samples import (
     Sample,
     choice_advantages,
@@ -108,9 +108,8 @@ class SpyRLTrainer:
         self.documents_share = processes.documents_share(
             config.rollout.documents_per_iteration, self.accelerator.num_processes, self.rank
         )
-        self.pad_id = (
-            self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
-        )
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer, self.scheduler = optimizer_and_schedule(params, self.accelerator, config.update)
         if self.distributed:
@@ -128,7 +127,9 @@ class SpyRLTrainer:
             model = self.model if self.sharding == "fsdp" else self.unwrapped
             engine = (model, self.accelerator, self.tokenizer, self.model_path)
             self.policy = vllm_rollout_policy(self.policy, config.rollout, config.decoding, config.game.rounds, *engine)
-        self.seat_policy = seat_policy(config.rollout, config.run.seed, self.policy)
+        place = {"device": str(self.accelerator.device), "dtype": config.model.dtype}  # fixed agents: loaded once
+        self.fixed = fixed_agents(config.rollout, config.run.seed, config.decoding, **place)
+        self.seat_policy = seat_policy(config.rollout, config.run.seed, self.policy, self.fixed)
         main = self.accelerator.is_main_process
         self.sinks = MetricSinks(self.output_dir, config.run.report_to if main else [], config.to_dict())
 
@@ -172,6 +173,7 @@ class SpyRLTrainer:
         """This iteration's games, the current policy in every seat (seeded by the iteration)."""
         c = self.config
         self.policy.restart_sampling(seed_for(c.run.seed, self.iteration, SeedStream.SAMPLING, self.rank))
+        self.fixed.restart_sampling(seed_for(c.run.seed, self.iteration, SeedStream.FIXED, self.rank))
         if isinstance(self.policy, ForwardVotes):  # keep the votes' graphs when they feed a one-step update
             self.policy.keep_graphs = self.controller.training_stage is Stage.VOTE and one_update(
                 c.update, c.rollout.documents_per_iteration, c.loss.beta, self.distributed
@@ -198,11 +200,13 @@ class SpyRLTrainer:
 
     def evaluate(self, num_games: int, seed: int = 12345) -> dict[str, float]:
         """Held-out metrics (greedy decoding, held-out documents, fixed games) with 95% bootstrap bounds."""
-        policy = learner_policy(self.config.decoding, self.config.rollout, self.unwrapped, self.tokenizer, greedy=True)
+        c = self.config
+        policy = learner_policy(c.decoding, c.rollout, self.unwrapped, self.tokenizer, greedy=True)
         self.model.eval()
-        seats = [seat_policy(self.config.rollout, self.config.run.seed, policy)] * self.config.game.n_players
-        spy = spy_seat_policy(self.config.rollout, policy)
-        buffer, games = evaluate_heldout(seats, self.config.game, self.eval_documents, num_games, seed=seed, spy=spy)
+        seats = [seat_policy(c.rollout, c.run.seed, policy, self.fixed.fresh(c.rollout, c.run.seed))] * c.game.n_players
+        buffer, games = evaluate_heldout(
+            seats, c.game, self.eval_documents, num_games, seed=seed, spy=spy_seat_policy(c.rollout, policy)
+        )
         out = {**game_metrics(buffer), **rule_metrics(buffer)}
         for metric, interval in summarize(games).items():
             out.update({metric: interval.mean, f"{metric}_low": interval.low, f"{metric}_high": interval.high})
@@ -215,7 +219,7 @@ class SpyRLTrainer:
         c = self.config
         stage = Stage.of(stage)
         rows, skipped = stage_rows(
-            buffer,
+            buffer if c.rollout.learner_plays(stage) else [],  # a fixed agent's replies are not the learner's
             stage,
             max_prompt_tokens=c.rollout.max_prompt_tokens,
             spy_vote_in_group=c.advantages.spy_vote_in_group,
@@ -229,13 +233,9 @@ class SpyRLTrainer:
             means = role_means(self.all_reduce(role_reward_sums(rewards, [r["role"] for r in rows])))
         if stage is Stage.VOTE and self.distributed:  # a group spread over the processes: their summed moments
             stats = global_group_stats(rows, rewards, c.advantages, c.game.weight_detect, self.all_reduce)
-        advantages = add_penalties(
-            stage_advantages(rows, rewards, stage, c.advantages, self.rae, c.game.weight_detect, means, stats),
-            penalties,
-        )
-        samples = trainable_samples(
-            rows, advantages, choice_advantages(rows, stage, c.advantages, c.game.weight_detect, stats)
-        )
+        advantages = stage_advantages(rows, rewards, stage, c.advantages, self.rae, c.game.weight_detect, means, stats)
+        choices = choice_advantages(rows, stage, c.advantages, c.game.weight_detect, stats)
+        samples = trainable_samples(rows, add_penalties(advantages, penalties), choices)
         if self.distributed:  # every process must run the same number of backward passes
             samples = samples[: processes.smallest_count(self.accelerator, len(samples))]
         return samples, sample_stats(samples, skipped)
@@ -293,10 +293,9 @@ class SpyRLTrainer:
             old, old_choices = samples.logps_by_row(behaviour, off_policy, c.update.micro_batch_size)
             samples.old.update(old)
             samples.old_choices.update(old_choices)
+            every = range(len(samples.rows))
             if c.loss.beta:
-                samples.ref.update(
-                    samples.logps_by_row(reference, range(len(samples.rows)), c.update.micro_batch_size)[0]
-                )
+                samples.ref.update(samples.logps_by_row(reference, every, c.update.micro_batch_size)[0])
 
     def _optimizer_step(
         self, samples: TrainingSamples, mini: list[int], level: str, temperature: float, totals: UpdateTotals

@@ -1,5 +1,6 @@
 """Who plays the rollouts: the learner (the trained model itself, or a vLLM engine kept in step with
-it) in every seat, or in one stage's seats with a fixed agent in the other's."""
+it) in every seat, or in one stage's seats with a fixed agent in the other's (built once for the run:
+:func:`fixed_agents`)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,24 @@ from urllib.parse import urlsplit
 
 from agents.decoding import DecodingOptions
 from agents.hf import HFPolicy
-from agents.registry import spec_problem
+from agents.registry import backend_of, spec_problem
 from agents.sampling import SamplingParams
 from spy_env.policy import Action, Observation, Policy, RolloutPolicy
 from spy_env.stage import Stage
 from trainers.validation import bad, check_section, setting
 
-__all__ = ["DecodingConfig", "RolloutConfig", "StagePolicy", "learner_policy", "seat_policy", "spy_seat_policy"]
+__all__ = [
+    "DecodingConfig",
+    "FixedAgents",
+    "RolloutConfig",
+    "StagePolicy",
+    "fixed_agents",
+    "learner_policy",
+    "seat_policy",
+    "spy_seat_policy",
+]
+
+_SEATS = ("performer", "voter", "civilians")  # the rollout settings that may name a fixed agent
 
 
 @dataclass(frozen=True)
@@ -37,9 +49,13 @@ class RolloutConfig:
         "epoch (seeded epochs, as a shuffled data loader: each document once before any repeats).",
     )
     performer: str = setting(
-        "self", "Who performs: self (self-play), or an agent spec (e.g. heuristic): trains the detector alone."
+        "self",
+        "Who performs: self (self-play), or an agent spec (e.g. heuristic, or hf:PATH for a frozen model): trains "
+        "the detector alone. A fixed LLM is loaded once and samples as decoding says; its replies never train.",
     )
-    voter: str = setting("self", "Who votes: self, or an agent spec (e.g. heuristic): trains the performer alone.")
+    voter: str = setting(
+        "self", "Who votes: self, or an agent spec (e.g. heuristic, hf:PATH): trains the performer alone."
+    )
     civilians: str = setting(
         "self",
         "Who holds the civilians' seats: self (every seat is the learner's), or an agent spec (e.g. heuristic) that "
@@ -92,12 +108,17 @@ class RolloutConfig:
             ),
             positive=("vllm_server_timeout",),
         )
-        for name in ("performer", "voter", "civilians"):  # checked by their form alone: nothing is built here
+        for name in _SEATS:  # checked by their form alone: nothing is built here
             spec = getattr(self, name)
             problem = None if spec == "self" else spec_problem(spec)
             if problem is not None:
                 raise bad(self, name, f"'self' or an agent spec ({problem})")
         self._check_vllm()
+
+    def learner_plays(self, stage: Stage | str) -> bool:
+        """Whether the learner's own replies fill ``stage``'s seats (not a fixed ``performer``/``voter``):
+        only those rows may train, whatever the stage schedule (a fixed LLM's tokens are not the learner's)."""
+        return (self.performer if Stage.of(stage) is Stage.PERFORM else self.voter) == "self"
 
     def _check_vllm(self) -> None:
         if not 0 < self.vllm_gpu_memory_utilization <= 1:
@@ -232,19 +253,74 @@ class StagePolicy:
         self.learner.sync()
 
 
-def seat_policy(config: RolloutConfig, seed: int, learner: RolloutPolicy) -> RolloutPolicy:
-    """The learner in every seat, except for a stage ``config`` gives to a fixed agent (``performer``/``voter``,
-    seeded with ``seed``); with fixed ``civilians``, that agent (the learner then plays the spy's seat alone:
-    :func:`spy_seat_policy`)."""
-    if config.civilians == config.performer == config.voter == "self":
-        return learner
+@dataclass(frozen=True)
+class FixedAgents:
+    """The fixed agents a run's ``rollout`` names (None where the learner plays), built once: they neither
+    train nor follow the trainer's weights."""
+
+    performer: Policy | None = None
+    voter: Policy | None = None
+    civilians: Policy | None = None
+
+    def restart_sampling(self, seed: int) -> None:
+        """Seed the sampling of every fixed agent that samples (an LLM), as the learner is each iteration."""
+        for agent in {id(a): a for a in (self.performer, self.voter, self.civilians) if a is not None}.values():
+            if hasattr(agent, "restart_sampling"):
+                agent.restart_sampling(seed)
+
+    def fresh(self, config: RolloutConfig, seed: int) -> FixedAgents:
+        """These agents as a fresh run seeded by ``seed`` has them (an evaluation's players must not depend on
+        the games before it): scripted ones built again, LLMs kept (loaded once) and their sampling reseeded."""
+        self.restart_sampling(seed)
+        kept = {n: getattr(self, n) for n in _SEATS if hasattr(getattr(self, n), "restart_sampling")}
+        scripted = fixed_agents(replace(config, **dict.fromkeys(kept, "self")), seed)
+        return FixedAgents(**{n: kept.get(n, getattr(scripted, n)) for n in _SEATS})
+
+
+def fixed_agent(spec: str, seed: int, decoding: DecodingConfig | None = None, **placement: Any) -> Policy:
+    """``agents.load(spec)`` for a fixed seat. With ``decoding`` an LLM samples as the run's learner does
+    (temperatures, ``perform_temperature``, top-p and budget; a local model also its vote and answer modes,
+    on ``placement``'s ``device`` and ``dtype`` and with its ``batch_size``/``share_prefix``); without, at
+    its backend's defaults."""
     from agents import load
 
-    if config.civilians != "self":
-        return load(config.civilians, seed=seed)
-    performer = None if config.performer == "self" else load(config.performer, seed=seed)
-    voter = None if config.voter == "self" else load(config.voter, seed=seed)
-    return StagePolicy(learner, performer=performer, voter=voter)
+    backend = backend_of(spec)
+    if decoding is None or backend is None or not backend.llm:
+        return load(spec, seed=seed)
+    if not backend.decoding:
+        return load(spec, seed=seed, sampling=decoding.sampling())
+    agent = load(spec, seed=seed, sampling=decoding.sampling(), decoding=decoding.options(), **placement)
+    performing = decoding.perform_sampling()
+    agent.perform_sampling = None if performing is None else replace(performing, seed=agent.sampling.seed)
+    return agent
+
+
+def fixed_agents(
+    config: RolloutConfig, seed: int, decoding: DecodingConfig | None = None, **placement: Any
+) -> FixedAgents:
+    """The fixed agents ``config`` names, each built once by :func:`fixed_agent` (a spec named twice: one
+    agent)."""
+    built: dict[str, Policy] = {}
+    for name in _SEATS:
+        spec = getattr(config, name)
+        if spec != "self" and spec not in built:
+            built[spec] = fixed_agent(spec, seed, decoding, **placement)
+    return FixedAgents(**{n: built.get(getattr(config, n)) for n in _SEATS})
+
+
+def seat_policy(
+    config: RolloutConfig, seed: int, learner: RolloutPolicy, fixed: FixedAgents | None = None
+) -> RolloutPolicy:
+    """The learner in every seat, except for a stage ``config`` gives to a fixed agent (``performer``/``voter``);
+    with fixed ``civilians``, that agent (the learner then plays the spy's seat alone: :func:`spy_seat_policy`).
+    ``fixed``: the run's agents, built once (default: :func:`fixed_agents` at the backends' defaults, seeded
+    with ``seed``)."""
+    if config.civilians == config.performer == config.voter == "self":
+        return learner
+    fixed = fixed or fixed_agents(config, seed)
+    if fixed.civilians is not None:
+        return fixed.civilians
+    return StagePolicy(learner, performer=fixed.performer, voter=fixed.voter)
 
 
 def spy_seat_policy(config: RolloutConfig, learner: RolloutPolicy) -> RolloutPolicy | None:

@@ -20,6 +20,7 @@ class SeedStream(IntEnum):
     SAMPLING = 1  # the rollout policy's sampling in an iteration
     SHUFFLE = 2  # the mini-batch order of an iteration's update
     EPOCH = 3  # the document order of an epoch (``document_order="epoch"``; the step is the epoch)
+    FIXED = 4  # the sampling of the fixed LLM agents (``performer``/``voter``/``civilians``) in an iteration
 
 
 def seed_for(seed: int, step: int, stream: SeedStream, rank: int = 0) -> int:
