@@ -75,7 +75,7 @@ from harness import command_of, experiment_parser, user_error
 from spy_signal import alignment, spy_signals
 from training_rules import rule_table
 
-from agents.rules import RULES, played_shares, played_votes
+from agents.rules import RULES, played_shares, played_votes, spy_share
 from spy_env.buffer import EpisodeBuffer
 from spy_env.extras import require
 from spy_env.heldout import bootstrap, evaluate_heldout, paired_difference, summarize
@@ -205,12 +205,38 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
         "model_sampled": bootstrap([float(r["vote"] == r["spy_seat"]) for r in votes]).to_dict(),
         "model_expected": bootstrap(expected).to_dict(),
         "rules": {name: bootstrap(played_shares(rows, rule)).to_dict() for name, rule in RULES.items()},
+        # a game's civilians read the same texts: its views are not independent, so the games are resampled
+        "by_game": {
+            "model_expected": by_game(zip(votes, expected, strict=True)).to_dict(),
+            **{name: by_game(views(rows, rule)).to_dict() for name, rule in RULES.items()},
+        },
     }
     tokens = [len(r["completion_token_ids"]) for r in rows if r["stage"] == Stage.PERFORM]
     out["mean_performance_tokens"] = sum(tokens) / len(tokens)
     signals = spy_signals(rows, config.game)  # the spy's texts under its own votes and spy-v1's detectors
     out["spy_signal"] = {**alignment(signals), "texts_scored": signals}
     return out
+
+
+def views(rows: list[dict], rule: Any) -> list[tuple[dict, float]]:
+    """Each first-round civilian vote with ``rule``'s share of the spy among the texts its voter saw."""
+    return [(vote, spy_share(rule, shown, others, vote["spy_seat"])) for vote, shown, others in played_votes(rows)]
+
+
+def by_game(pairs: Any) -> Any:
+    """The mean of ``(vote, value)`` pairs' values with an interval that resamples games, not votes: the unit
+    of a probe, whose civilians in one game read the same performances (each game weighs as one).
+
+    >>> votes = [{"run_id": "a", "game_id": g} for g in (0, 0, 0, 1)]
+    >>> interval = by_game(zip(votes, [1.0, 1.0, 1.0, 0.0]))
+    >>> interval.n, interval.mean
+    (2, 0.5)
+    """
+    games: dict[tuple, list[float]] = {}
+    for vote, value in pairs:
+        if not math.isnan(value):
+            games.setdefault((vote.get("run_id"), vote["game_id"]), []).append(value)
+    return bootstrap([sum(v) / len(v) for v in games.values()])
 
 
 def train(name: str, trainer: SpyRLTrainer) -> list[dict[str, Any]]:

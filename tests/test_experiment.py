@@ -165,6 +165,9 @@ def test_selfplay_probe_plays_training_games_without_training(tmp_path):
     assert probe["games"] == 1 and probe["civilian_votes"] == 2 and probe["chance"] == 0.5
     assert set(probe["rules"]) == {"shortest", "longest", "fewest-numbers", "first-seat", "odd-one-out"}
     assert all(entry["n"] == 2 for entry in [probe["model_sampled"], *probe["rules"].values()])
+    by_game = probe["by_game"]  # the same means, the interval over the one game
+    assert set(by_game) == {"model_expected", *probe["rules"]} and all(e["n"] == 1 for e in by_game.values())
+    assert all(by_game[k]["mean"] == pytest.approx(probe["rules"][k]["mean"]) for k in probe["rules"])
     signal = probe["spy_signal"]  # the spy's one text, scored by its own voters and by spy-v1's detectors
     assert signal["setups"] == signal["texts"] == len(signal["texts_scored"]) == 1
     assert 0 <= signal["texts_scored"][0]["spy_v1"] <= 2 and 0 <= signal["texts_scored"][0]["self_expected"] <= 2
