@@ -280,8 +280,8 @@ class FixedAgents:
 def fixed_agent(spec: str, seed: int, decoding: DecodingConfig | None = None, **placement: Any) -> Policy:
     """``agents.load(spec)`` for a fixed seat. With ``decoding`` an LLM samples as the run's learner does
     (temperatures, ``perform_temperature``, top-p and budget; a local model also its vote and answer modes,
-    on ``placement``'s ``device`` and ``dtype`` and with its ``batch_size``/``share_prefix``); without, at
-    its backend's defaults."""
+    loaded with ``placement``: the trainer gives ``device`` and ``dtype``, and its batch size and prefix
+    sharing stay the backend's); without, at its backend's defaults."""
     from agents import load
 
     backend = backend_of(spec)
