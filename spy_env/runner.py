@@ -8,6 +8,11 @@ policy returns :class:`Action` records) and every reward component.
 Grouping for RL: ``games_per_document = G`` makes G consecutive games share a document (the
 paper's "8 rollouts per prompt"); ``replay_setup=True`` also shares the spy seat and masks, so
 each seat's performing prompt is identical across the group (exchangeable GRPO groups).
+``spy_seats="balanced"`` deals the spy seats of a call's games (of its groups, with ``replay_setup``) as
+shuffled rounds of every seat, so any ``n_players`` consecutive ones hold each seat once: a batch of votes
+whose spies sit everywhere, so that no seat is the right answer more often than another (a voter's lean
+toward a seat then earns nothing within the batch). Everything else is dealt as with ``"random"``: the same
+documents, masks and game seeds, only the spies move.
 
 A policy that raises, or returns the wrong number of actions, forfeits those seats: they
 act with an empty string (a recorded violation) and the row's ``error`` says why. The batch
@@ -39,7 +44,9 @@ from spy_env.stage import Stage
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Runner", "SeatPolicies", "rollout"]
+__all__ = ["SPY_SEATS", "Runner", "SeatPolicies", "balanced_seats", "rollout"]
+
+SPY_SEATS = ("random", "balanced")  # how a runner deals the spy seats of its games (Runner's spy_seats)
 
 # Either one policy per seat for every game, or a function game_index -> one policy per seat.
 SeatPolicies = Sequence[Policy] | Callable[[int], Sequence[Policy]]
@@ -72,10 +79,13 @@ class Runner:
         max_concurrent_games: int = 256,
         keep_games: bool = False,
         run_id: str | None = None,
+        spy_seats: str = "random",
     ) -> None:
         config = config or GameConfig()
         if games_per_document < 1:
             raise ValueError(f"games_per_document must be >= 1, got {games_per_document}")
+        if spy_seats not in SPY_SEATS:
+            raise ValueError(f"spy_seats must be one of {list(SPY_SEATS)}, got {spy_seats!r}")
         if max_concurrent_games < 1:
             raise ValueError(f"max_concurrent_games must be >= 1, got {max_concurrent_games}")
         # Load the corpus once and hand the documents to every env.
@@ -84,6 +94,7 @@ class Runner:
         self.documents = documents
         self.games_per_document = games_per_document
         self.replay_setup = replay_setup
+        self.spy_seats = spy_seats
         self.max_concurrent_games = max_concurrent_games
         self.keep_games = keep_games
         self.run_id = run_id or uuid.uuid4().hex[:12]
@@ -159,6 +170,11 @@ class Runner:
                 if self.replay_setup:
                     options.update(shared)
                 setups.append({"seed": int(rng.integers(2**31 - 1)), "group": group, "options": options})
+        if self.spy_seats == "balanced":  # its own stream: the documents, masks and seeds stay the random deal's
+            units = n_groups if self.replay_setup else num_games
+            seats = balanced_seats(units, self.config.n_players, np.random.default_rng([seed, 1]))
+            for i, setup in enumerate(setups):
+                setup["options"]["spy_seat"] = seats[setup["group"] if self.replay_setup else i]
         return setups
 
     def _host(self, i: int) -> GameHost:
@@ -385,6 +401,18 @@ class _Progress:
     def __exit__(self, *exc: Any) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+def balanced_seats(count: int, n_players: int, rng: np.random.Generator) -> list[int]:
+    """``count`` spy seats dealt as shuffled rounds of ``range(n_players)``: every ``n_players`` consecutive
+    seats from the start hold each seat once (the last round may be cut short).
+
+    >>> seats = balanced_seats(12, 5, np.random.default_rng(0))
+    >>> sorted(seats[:5]), sorted(seats[5:10]), len(seats)
+    ([0, 1, 2, 3, 4], [0, 1, 2, 3, 4], 12)
+    """
+    rounds = -(-count // n_players)
+    return [int(s) for _ in range(rounds) for s in rng.permutation(n_players)][:count]
 
 
 def rollout(

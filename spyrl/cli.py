@@ -25,6 +25,7 @@ from spy_env.degrade import DEGRADERS
 from spy_env.display import markup_safe, terminal_safe
 from spy_env.extras import Extra, require
 from spy_env.plugins import load_plugins
+from spy_env.runner import SPY_SEATS
 from spy_env.stage import Stage
 from spy_env.tasks import TASKS
 
@@ -417,7 +418,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     config = _game_config(args)
     check_output(args.out, overwrite=args.overwrite, suffixes=BUFFER_SUFFIXES)
     policies = _seat_policies(args, config.n_players)
-    runner = Runner(config, games_per_document=args.games_per_document, replay_setup=args.replay_setup)
+    runner = Runner(
+        config, games_per_document=args.games_per_document, replay_setup=args.replay_setup, spy_seats=args.spy_seats
+    )
     buffer = runner.run(policies, args.games, seed=args.seed, progress=not args.quiet)
     path = buffer.save(args.out)
     metrics = game_metrics(buffer)
@@ -793,6 +796,11 @@ def _add_rollout_command(sub: argparse._SubParsersAction) -> None:
     _add_overwrite(p)
     p.add_argument("--games-per-document", type=int, default=1)
     p.add_argument("--replay-setup", action="store_true", help="games of a group share spy seat and masks")
+    p.add_argument(
+        "--spy-seats", choices=SPY_SEATS, default="random",
+        help="random: each game's (group's) spy seat drawn alone; balanced: every n_players consecutive ones hold "
+        "each seat once",
+    )  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_rollout)
 

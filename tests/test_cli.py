@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from spy_env.buffer import EpisodeBuffer
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -60,6 +62,13 @@ def test_rollout_then_replay(tmp_path):
     assert path.exists() and "detection_accuracy" in out
     out = spyrl("replay", str(path), "--limit", "2")
     assert out.count("The spy was Player") == 2 and "more games" in out
+    balanced = tmp_path / "balanced.parquet"
+    spyrl("rollout", "--games", "10", "--players", "5", "--spy-seats", "balanced", "--out", str(balanced), "--quiet")
+    rows = EpisodeBuffer.load(balanced).rows
+    seats = [
+        r["spy_seat"] for r in sorted(rows, key=lambda r: r["game_id"]) if r["seat"] == 0 and r["stage"] == "perform"
+    ]
+    assert sorted(seats[:5]) == sorted(seats[5:]) == [0, 1, 2, 3, 4]
 
 
 def test_bad_arguments_give_clear_errors():

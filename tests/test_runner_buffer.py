@@ -85,6 +85,32 @@ def test_games_per_document_and_replay_setup():
     assert any(len(s) > 1 for s in spy_sets.values())  # without replay_setup, setups differ
 
 
+@pytest.mark.parametrize("replay_setup", [True, False])
+def test_balanced_spy_seats_put_the_spy_in_every_seat_of_each_round_and_change_nothing_else(replay_setup):
+    policies = [agents.load("heuristic")] * 5
+    kwargs = dict(games_per_document=2, replay_setup=replay_setup)
+    drawn = Runner(GameConfig(n_players=5), **kwargs).run(policies, 24, seed=3)
+    balanced = Runner(GameConfig(n_players=5), spy_seats="balanced", **kwargs).run(policies, 24, seed=3)
+
+    def games(buffer):
+        return {r["game_id"]: r for r in buffer if r["stage"] == "perform" and r["seat"] == 0}
+
+    drawn, balanced = games(drawn), games(balanced)
+    unit = "group_id" if replay_setup else "game_id"
+    units = {}
+    for row in balanced.values():
+        units.setdefault(row[unit], row["spy_seat"])
+    seats = [units[u] for u in sorted(units)]
+    assert len(seats) == (12 if replay_setup else 24)
+    for start in range(0, len(seats) - 4, 5):  # every round of five units: each seat once
+        assert sorted(seats[start : start + 5]) == [0, 1, 2, 3, 4]
+    same = ("document_id", "game_seed", "degrade_seed")
+    for game_id, row in balanced.items():  # the same deal otherwise: document, masks and game seed
+        assert [row[k] for k in same] == [drawn[game_id][k] for k in same]
+    with pytest.raises(ValueError, match="spy_seats"):
+        Runner(GameConfig(), spy_seats="even")
+
+
 def test_a_spy_policy_holds_every_spy_seat_and_only_its_rows_train():
     scene, spy = CountingPolicy("scene"), CountingPolicy("spy")
     buffer = Runner(GameConfig(n_players=5), games_per_document=2, replay_setup=True).run(

@@ -460,3 +460,29 @@ def test_soft_civilians_give_the_spy_the_mass_of_their_recorded_votes(tmp_path):
     assert len({round(r, 6) for r in rewards}) > 1 and any(r != round(r * 4) / 4 for r in rewards)
     samples, _ = trainer.select_samples(buffer, "perform")
     assert [s.row["role"] for s in samples] == ["spy"] * 6 and all(math.isfinite(s.advantage) for s in samples)
+
+
+def test_balanced_spy_seats_reach_the_trainers_games(tmp_path):
+    """``rollout.spy_seats=balanced``: each iteration's five documents put the spy once in every seat of the
+    5-player game, on the documents and masks the random deal plays; a bad value is refused by name."""
+    from trainers.grpo import SpyRLTrainer
+
+    with pytest.raises(ValueError, match="spy_seats"):
+        SpyRLConfig.from_dict(dict(spy_seats="even"))
+    game = {"n_players": 5, "degrade": "mask_spans", "max_document_chars": 300}
+    deals = {}
+    for spy_seats in ("random", "balanced"):
+        config = toy_detection_config(
+            tmp_path / spy_seats, spy_seats=spy_seats, documents_per_iteration=5, games_per_document=1,
+            eval_games=0, iterations=2, game=game,
+        )  # fmt: skip
+        trainer = SpyRLTrainer(config)
+        games = []
+        for iteration in range(2):
+            trainer.iteration = iteration
+            rows = [r for r in trainer.rollouts() if r["stage"] == "perform" and r["seat"] == 0]
+            games.append([(r["spy_seat"], r["document_id"], r["degrade_seed"]) for r in rows])
+        deals[spy_seats] = games
+    for games in deals["balanced"]:
+        assert sorted(seat for seat, *_ in games) == [0, 1, 2, 3, 4]
+    assert [[g[1:] for g in games] for games in deals["balanced"]] == [[g[1:] for g in gs] for gs in deals["random"]]

@@ -165,6 +165,7 @@ class SpyRLTrainer:
             game,
             games_per_document=self.config.rollout.games_per_document,
             replay_setup=self.config.rollout.replay_setup,
+            spy_seats=self.config.rollout.spy_seats,
             max_concurrent_games=self.documents_share[1] * self.config.rollout.games_per_document,
             run_id=f"iter{self.iteration}",
         )

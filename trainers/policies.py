@@ -43,6 +43,12 @@ class RolloutConfig:
     )
     games_per_document: int = setting(8, "Games sharing a document: the GRPO group (paper: 8).")
     replay_setup: bool = setting(True, "Games of a group also share spy seat and masks (exchangeable groups).")
+    spy_seats: Literal["random", "balanced"] = setting(
+        "random",
+        "Spy seats of an iteration's games (groups): random (each drawn alone) or balanced (shuffled rounds of "
+        "every seat, so any n_players consecutive groups hold each seat once: no seat is the right vote more often "
+        "than another within a batch of n_players groups; per process). The documents and masks stay the same.",
+    )
     document_order: Literal["random", "epoch"] = setting(
         "random",
         "Documents of an iteration: random (a fresh draw from the training documents each iteration) or "
