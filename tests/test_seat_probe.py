@@ -1,0 +1,94 @@
+"""experiments/seat_probe.py: a model's votes on a run's kept games, with the texts moved between seats."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from spy_env.buffer import EpisodeBuffer
+from tests.helpers import experiment_module
+from trainers import SpyRLConfig
+
+
+@pytest.fixture(scope="module")
+def seat_probe():
+    return experiment_module("seat_probe")
+
+
+def _kept_run(folder):
+    """One iteration of a real run kept on disk: a tiny model votes (constrained, one forward each) on the
+    texts of heuristic performers in a 5-player game; its first buffer was voted by the model as saved."""
+    from agents.tiny import build_tiny_model
+    from trainers.grpo import SpyRLTrainer
+
+    model = build_tiny_model(folder / "tiny", hidden_size=64, num_layers=2, num_heads=4)
+    config = SpyRLConfig.from_dict(dict(
+        name_or_path=str(model), output_dir=str(folder / "run"), device="cpu", dtype="float32",
+        documents_per_iteration=3, games_per_document=1, iterations=1, max_completion_tokens=12,
+        vote_mode="constrained", performer="heuristic", stage_schedule="detect", checkpoint_every=1000,
+        keep_buffers=True, eval_games=0, report_to=["jsonl"], progress=False, learning_rate=1e-3,
+        game={"n_players": 5, "degrade": "mask_spans", "max_document_chars": 300},
+    ))  # fmt: skip
+    SpyRLTrainer(config).train_iteration()
+    (folder / "config.yaml").write_text(config.to_yaml())
+    return model, folder / "run", folder / "config.yaml"
+
+
+def test_the_played_arrangement_reproduces_the_recorded_votes_and_rotations_move_only_texts(seat_probe, tmp_path):
+    model, run, config = _kept_run(tmp_path)
+    out = tmp_path / "probe.json"
+    args = [str(run), "--iterations", "1-1", "--config", str(config), "--model", str(model), "--out", str(out)]
+    assert seat_probe.main(args) == 0
+    result = json.loads(out.read_text())
+    rows = EpisodeBuffer.load(run / "buffers" / "iter_00000.parquet").rows
+    votes = [r for r in rows if r["stage"] == "vote" and r["round"] == 0 and r["role"] == "civilian"]
+    assert result["games"] == 3 and result["votes"] == len(votes) == 12
+    probed = result["models"][str(model)]
+    # rotation 0 is the game as played: the probe's votes are the trainer's own, up to batching (1e-4)
+    per_game = {}
+    for r in votes:
+        per_game.setdefault(r["game_id"], []).append(r["vote_probs"][r["spy_seat"]])
+    assert probed["as_played"]["mean"] == pytest.approx(np.mean([np.mean(v) for v in per_game.values()]), abs=1e-4)
+    assert probed["as_played"]["n"] == 3
+    for metric in ("balanced", "text_effect", "seat_effect"):
+        assert 0.0 <= probed[metric]["mean"] <= 1.0
+    assert "vs_first" not in probed and len(probed["per_game"]["balanced"]) == 3
+    lean = probed["seat_lean"]
+    assert len(lean) == 5 and all(0.0 < p < 1.0 for p in lean)
+    # each voter's four others share its whole mass in every rotation: the seat means of a vote sum to 1
+    game = seat_probe.played_games(run, 1, 1)[0]
+    host = __import__("spy_env.env", fromlist=["GameHost"]).GameHost(SpyRLConfig.from_yaml(config).game)
+    policy = seat_probe.voter_policy(str(model), SpyRLConfig.from_yaml(config))
+    voter = game["voters"][0]
+    table, turns = seat_probe.vote_table(policy, host, game, voter)
+    assert table.shape == (4, 5) and np.allclose(table.sum(axis=1), 1.0) and np.all(table[:, voter] == 0)
+    shown = [seat_probe.vote_observation(host, game, voter, shows)["performances"] for shows in turns]
+    assert all(turns[0][s] == s for s in turns[0])  # rotation 0: every seat shows its own text
+    assert len({texts[turns[1][s]] for texts in shown[:1] for s in turns[1]}) > 1  # heuristic texts differ by copy
+    for shows, texts in zip(turns, shown, strict=True):
+        assert texts[voter] == shown[0][voter]  # the voter's own performance stays in its seat
+        assert all(texts[s] == shown[0][shows[s]] for s in shows)  # seat s shows seat shows[s]'s text
+
+
+def test_mistakes_are_one_error_line(seat_probe, tmp_path, capsys):
+    assert seat_probe.main([str(tmp_path), "--iterations", "3-1", "--config", "x", "--model", "y", "--out", "o"]) == 2
+    assert "error: --iterations '3-1'" in capsys.readouterr().err
+    assert seat_probe.main([str(tmp_path), "--iterations", "1-1", "--config", "x", "--model", str(tmp_path),
+                            "--out", "o"]) == 2  # fmt: skip
+    assert "not a model folder" in capsys.readouterr().err
+
+
+def test_a_second_model_is_read_against_the_first_game_by_game(seat_probe, tmp_path):
+    model, run, config = _kept_run(tmp_path)
+    out = tmp_path / "probe.json"
+    args = [str(run), "--iterations", "1-1", "--config", str(config), "--model", str(model)]
+    assert seat_probe.main([*args, "--model", str(run / "checkpoints" / "iter_00001" / "model"),
+                            "--out", str(out)]) == 0  # fmt: skip
+    first, second = json.loads(out.read_text())["models"].values()
+    for metric in seat_probe.METRICS:
+        change = np.subtract(second["per_game"][metric], first["per_game"][metric])
+        assert second["vs_first"][metric]["mean"] == pytest.approx(change.mean())
+        assert second["vs_first"][metric]["n"] == 3
+    assert second["per_game"]["as_played"] != first["per_game"]["as_played"]  # one update moved the votes
