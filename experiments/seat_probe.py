@@ -21,6 +21,9 @@ stays in its seat), so the spy's text sits once in each of them, and per vote:
 Every model after the first is also compared with the first on the same votes (``vs_first``: the change of
 each metric, paired by game), so a trained model is read against its start.
 
+A scripted voter that reads only the texts (``--model heuristic-soft``, a softmax over the heuristic's scores)
+is the probe's positive control: its seat effect is 0 and its text effect what its reading gives.
+
 Every interval resamples games (a game's civilians read the same texts). The games come from the run's
 own buffers, the training split only; the texts are the run's, nothing is generated.
 
@@ -155,11 +158,16 @@ def probe_model(policy: Any, host: Any, games: list[dict[str, Any]]) -> dict[str
 
 
 def voter_policy(spec: str, config: Any) -> Any:
-    """``spec``'s constrained votes at the run's decoding, one forward pass each (as the trainer plays them)."""
-    from trainers.policies import fixed_agent
-    from trainers.votes import ForwardVotes
+    """A saved model folder's constrained votes at the run's decoding, one forward pass each (as the trainer
+    plays them), or the agent ``spec`` names (one that records its vote distribution, e.g. ``heuristic-soft``)."""
+    if (Path(spec) / "config.json").is_file():
+        from trainers.policies import fixed_agent
+        from trainers.votes import ForwardVotes
 
-    return ForwardVotes(fixed_agent(f"hf:{spec}", config.run.seed, config.decoding, device="cpu", dtype="fast"))
+        return ForwardVotes(fixed_agent(f"hf:{spec}", config.run.seed, config.decoding, device="cpu", dtype="fast"))
+    from agents import load
+
+    return load(spec, seed=config.run.seed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,16 +175,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run", help="a training run folder that kept its buffers (buffers/iter_NNNNN.parquet)")
     p.add_argument("--config", required=True, help="the run's config YAML (the game it played, its vote decoding)")
     p.add_argument("--iterations", required=True, help="A-B: the iterations whose games are probed (1-based)")
-    p.add_argument("--model", action="append", required=True, help="a saved model folder (repeatable)")
+    p.add_argument(
+        "--model", action="append", required=True,
+        help="a saved model folder, or an agent spec that records its vote distribution, e.g. heuristic-soft "
+        "(repeatable)",
+    )  # fmt: skip
     args = p.parse_args(argv)
+    from agents.registry import backend_of
     from spy_env.env import GameHost
     from trainers.config import SpyRLConfig
 
     try:
         first, last = iteration_range(args.iterations)
         for spec in args.model:
-            if not (Path(spec) / "config.json").is_file():
-                raise ValueError(f"--model {spec!r}: not a model folder (no config.json)")
+            if not (Path(spec) / "config.json").is_file() and backend_of(spec) is None:
+                raise ValueError(f"--model {spec!r}: neither a model folder (no config.json) nor an agent spec")
         if not Path(args.config).is_file():
             raise ValueError(f"--config {args.config!r}: no such file")
         refuse_existing_outputs([args.out], overwrite=args.overwrite)

@@ -77,7 +77,7 @@ def test_mistakes_are_one_error_line(seat_probe, tmp_path, capsys):
     assert "error: --iterations '3-1'" in capsys.readouterr().err
     assert seat_probe.main([str(tmp_path), "--iterations", "1-1", "--config", "x", "--model", str(tmp_path),
                             "--out", "o"]) == 2  # fmt: skip
-    assert "not a model folder" in capsys.readouterr().err
+    assert "neither a model folder" in capsys.readouterr().err
 
 
 def test_a_second_model_is_read_against_the_first_game_by_game(seat_probe, tmp_path):
@@ -92,3 +92,16 @@ def test_a_second_model_is_read_against_the_first_game_by_game(seat_probe, tmp_p
         assert second["vs_first"][metric]["mean"] == pytest.approx(change.mean())
         assert second["vs_first"][metric]["n"] == 3
     assert second["per_game"]["as_played"] != first["per_game"]["as_played"]  # one update moved the votes
+
+
+def test_a_voter_that_reads_only_texts_has_no_seat_effect(seat_probe, tmp_path):
+    """The positive control: ``heuristic-soft`` votes by a softmax over the texts' heuristic scores, so a text
+    carries its probability wherever it sits (seat effect 0) and the spy's odd text gets its own (text effect)."""
+    _, run, config = _kept_run(tmp_path)
+    out = tmp_path / "probe.json"
+    args = [str(run), "--iterations", "1-1", "--config", str(config), "--model", "heuristic-soft", "--out", str(out)]
+    assert seat_probe.main(args) == 0
+    probed = json.loads(out.read_text())["models"]["heuristic-soft"]
+    assert probed["seat_effect"]["mean"] == pytest.approx(0.0, abs=1e-9)
+    assert probed["text_effect"]["mean"] > 0.01
+    assert probed["balanced"]["mean"] == pytest.approx(probed["as_played"]["mean"])  # the seats change nothing
