@@ -9,9 +9,9 @@ Grouping for RL: ``games_per_document = G`` makes G consecutive games share a do
 paper's "8 rollouts per prompt"); ``replay_setup=True`` also shares the spy seat and masks, so
 each seat's performing prompt is identical across the group (exchangeable GRPO groups).
 ``spy_seats="balanced"`` deals the spy seats of a call's games (of its groups, with ``replay_setup``) as
-shuffled rounds of every seat, so any ``n_players`` consecutive ones hold each seat once: a batch of votes
-whose spies sit everywhere, so that no seat is the right answer more often than another (a voter's lean
-toward a seat then earns nothing within the batch). Everything else is dealt as with ``"random"``: the same
+shuffled rounds of every seat: each round of ``n_players`` of them, counted from the first, holds each
+seat once. A batch of whole rounds has its spies everywhere, so no seat is the right answer more often
+than another (a voter's lean toward a seat then earns nothing within the batch). Everything else is dealt as with ``"random"``: the same
 documents, masks and game seeds, only the spies move.
 
 A policy that raises, or returns the wrong number of actions, forfeits those seats: they

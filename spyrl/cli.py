@@ -798,7 +798,7 @@ def _add_rollout_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--replay-setup", action="store_true", help="games of a group share spy seat and masks")
     p.add_argument(
         "--spy-seats", choices=SPY_SEATS, default="random",
-        help="random: each game's (group's) spy seat drawn alone; balanced: every n_players consecutive ones hold "
+        help="random: each game's (group's) spy seat drawn alone; balanced: each round of n_players, counted from the first, holds "
         "each seat once",
     )  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bar")

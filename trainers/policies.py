@@ -46,7 +46,7 @@ class RolloutConfig:
     spy_seats: Literal["random", "balanced"] = setting(
         "random",
         "Spy seats of an iteration's games (groups): random (each drawn alone) or balanced (shuffled rounds of "
-        "every seat, so any n_players consecutive groups hold each seat once: no seat is the right vote more often "
+        "every seat: each round of n_players groups, counted from the first, holds each seat once: no seat is the right vote more often "
         "than another within a batch of n_players groups; per process). The documents and masks stay the same.",
     )
     document_order: Literal["random", "epoch"] = setting(
