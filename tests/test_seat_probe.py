@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from spy_env.buffer import EpisodeBuffer
+from spy_env.env import GameHost
 from tests.helpers import experiment_module
 from trainers import SpyRLConfig
 
@@ -17,12 +18,15 @@ def seat_probe():
     return experiment_module("seat_probe")
 
 
-def _kept_run(folder):
+@pytest.fixture(scope="module")
+def kept_run(tmp_path_factory):
     """One iteration of a real run kept on disk: a tiny model votes (constrained, one forward each) on the
-    texts of heuristic performers in a 5-player game; its first buffer was voted by the model as saved."""
+    texts of heuristic performers in a 5-player game; its first buffer was voted by the model as saved.
+    Shared by the tests: a probe only reads it."""
     from agents.tiny import build_tiny_model
     from trainers.grpo import SpyRLTrainer
 
+    folder = tmp_path_factory.mktemp("kept")
     model = build_tiny_model(folder / "tiny", hidden_size=64, num_layers=2, num_heads=4)
     config = SpyRLConfig.from_dict(dict(
         name_or_path=str(model), output_dir=str(folder / "run"), device="cpu", dtype="float32",
@@ -36,8 +40,10 @@ def _kept_run(folder):
     return model, folder / "run", folder / "config.yaml"
 
 
-def test_the_played_arrangement_reproduces_the_recorded_votes_and_rotations_move_only_texts(seat_probe, tmp_path):
-    model, run, config = _kept_run(tmp_path)
+def test_the_played_arrangement_reproduces_the_recorded_votes_and_rotations_move_only_texts(
+    seat_probe, kept_run, tmp_path
+):
+    model, run, config = kept_run
     out = tmp_path / "probe.json"
     args = [str(run), "--iterations", "1-1", "--config", str(config), "--model", str(model), "--out", str(out)]
     assert seat_probe.main(args) == 0
@@ -57,10 +63,10 @@ def test_the_played_arrangement_reproduces_the_recorded_votes_and_rotations_move
     assert "vs_first" not in probed and len(probed["per_game"]["balanced"]) == 3
     lean = probed["seat_lean"]
     assert len(lean) == 5 and all(0.0 < p < 1.0 for p in lean)
-    # each voter's four others share its whole mass in every rotation: the seat means of a vote sum to 1
+    # in every rotation the voter's whole mass is on its four others
     game = seat_probe.played_games(run, 1, 1)[0]
-    host = __import__("spy_env.env", fromlist=["GameHost"]).GameHost(SpyRLConfig.from_yaml(config).game)
-    policy = seat_probe.voter_policy(str(model), SpyRLConfig.from_yaml(config))
+    loaded = SpyRLConfig.from_yaml(config)
+    host, policy = GameHost(loaded.game), seat_probe.voter_policy(str(model), loaded)
     voter = game["voters"][0]
     table, turns = seat_probe.vote_table(policy, host, game, voter)
     assert table.shape == (4, 5) and np.allclose(table.sum(axis=1), 1.0) and np.all(table[:, voter] == 0)
@@ -80,8 +86,8 @@ def test_mistakes_are_one_error_line(seat_probe, tmp_path, capsys):
     assert "neither a model folder" in capsys.readouterr().err
 
 
-def test_a_second_model_is_read_against_the_first_game_by_game(seat_probe, tmp_path):
-    model, run, config = _kept_run(tmp_path)
+def test_a_second_model_is_read_against_the_first_game_by_game(seat_probe, kept_run, tmp_path):
+    model, run, config = kept_run
     out = tmp_path / "probe.json"
     args = [str(run), "--iterations", "1-1", "--config", str(config), "--model", str(model)]
     assert seat_probe.main([*args, "--model", str(run / "checkpoints" / "iter_00001" / "model"),
@@ -94,10 +100,10 @@ def test_a_second_model_is_read_against_the_first_game_by_game(seat_probe, tmp_p
     assert second["per_game"]["as_played"] != first["per_game"]["as_played"]  # one update moved the votes
 
 
-def test_a_voter_that_reads_only_texts_has_no_seat_effect(seat_probe, tmp_path):
+def test_a_voter_that_reads_only_texts_has_no_seat_effect(seat_probe, kept_run, tmp_path):
     """The positive control: ``heuristic-soft`` votes by a softmax over the texts' heuristic scores, so a text
     carries its probability wherever it sits (seat effect 0) and the spy's odd text gets its own (text effect)."""
-    _, run, config = _kept_run(tmp_path)
+    _, run, config = kept_run
     out = tmp_path / "probe.json"
     args = [str(run), "--iterations", "1-1", "--config", str(config), "--model", "heuristic-soft", "--out", str(out)]
     assert seat_probe.main(args) == 0
