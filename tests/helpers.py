@@ -34,6 +34,27 @@ def experiment_module(name: str) -> ModuleType:
     return module
 
 
+def kept_tiny_run(folder: Path, **settings: Any) -> tuple[Path, Path, Path]:
+    """One detection iteration of a real run kept on disk (``run.keep_buffers``): a tiny model votes
+    (constrained, one forward each) on heuristic performers' texts in a 5-player game, 3 games. Returns the
+    model folder, the run folder and the run's config YAML; ``settings`` override the config."""
+    from agents.tiny import build_tiny_model
+    from trainers import SpyRLConfig
+    from trainers.grpo import SpyRLTrainer
+
+    model = build_tiny_model(folder / "tiny", hidden_size=64, num_layers=2, num_heads=4)
+    config = SpyRLConfig.from_dict(dict(
+        name_or_path=str(model), output_dir=str(folder / "run"), device="cpu", dtype="float32",
+        documents_per_iteration=3, games_per_document=1, iterations=1, max_completion_tokens=12,
+        vote_mode="constrained", performer="heuristic", stage_schedule="detect", checkpoint_every=1000,
+        keep_buffers=True, eval_games=0, report_to=["jsonl"], progress=False,
+        game={"n_players": 5, "degrade": "mask_spans", "max_document_chars": 300}, **settings,
+    ))  # fmt: skip
+    SpyRLTrainer(config).train_iteration()
+    (folder / "config.yaml").write_text(config.to_yaml())
+    return model, folder / "run", folder / "config.yaml"
+
+
 GOOD = "Problem: what is $2 + 3$?\nSolution: $2 + 3 = 5$, so the answer is $\\boxed{5}$."
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from spy_env.buffer import EpisodeBuffer
 from spy_env.env import GameHost
-from tests.helpers import experiment_module
+from tests.helpers import experiment_module, kept_tiny_run
 from trainers import SpyRLConfig
 
 
@@ -20,24 +20,9 @@ def seat_probe():
 
 @pytest.fixture(scope="module")
 def kept_run(tmp_path_factory):
-    """One iteration of a real run kept on disk: a tiny model votes (constrained, one forward each) on the
-    texts of heuristic performers in a 5-player game; its first buffer was voted by the model as saved.
-    Shared by the tests: a probe only reads it."""
-    from agents.tiny import build_tiny_model
-    from trainers.grpo import SpyRLTrainer
-
-    folder = tmp_path_factory.mktemp("kept")
-    model = build_tiny_model(folder / "tiny", hidden_size=64, num_layers=2, num_heads=4)
-    config = SpyRLConfig.from_dict(dict(
-        name_or_path=str(model), output_dir=str(folder / "run"), device="cpu", dtype="float32",
-        documents_per_iteration=3, games_per_document=1, iterations=1, max_completion_tokens=12,
-        vote_mode="constrained", performer="heuristic", stage_schedule="detect", checkpoint_every=1000,
-        keep_buffers=True, eval_games=0, report_to=["jsonl"], progress=False, learning_rate=1e-3,
-        game={"n_players": 5, "degrade": "mask_spans", "max_document_chars": 300},
-    ))  # fmt: skip
-    SpyRLTrainer(config).train_iteration()
-    (folder / "config.yaml").write_text(config.to_yaml())
-    return model, folder / "run", folder / "config.yaml"
+    """A real run's first iteration kept on disk, its buffer voted by the model as saved; shared by the
+    tests: a probe only reads it."""
+    return kept_tiny_run(tmp_path_factory.mktemp("kept"), learning_rate=1e-3)
 
 
 def test_the_played_arrangement_reproduces_the_recorded_votes_and_rotations_move_only_texts(

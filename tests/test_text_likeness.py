@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from tests.helpers import experiment_module
-from trainers import SpyRLConfig
+from tests.helpers import experiment_module, kept_tiny_run
 
 
 @pytest.fixture(scope="module")
@@ -18,21 +17,8 @@ def text_likeness():
 
 @pytest.fixture(scope="module")
 def kept_run(tmp_path_factory):
-    """One iteration of a real run kept on disk: heuristic performers, whose civilians write one text."""
-    from agents.tiny import build_tiny_model
-    from trainers.grpo import SpyRLTrainer
-
-    folder = tmp_path_factory.mktemp("kept")
-    model = build_tiny_model(folder / "tiny", hidden_size=64, num_layers=2, num_heads=4)
-    config = SpyRLConfig.from_dict(dict(
-        name_or_path=str(model), output_dir=str(folder / "run"), device="cpu", dtype="float32",
-        documents_per_iteration=3, games_per_document=1, iterations=1, max_completion_tokens=12,
-        vote_mode="constrained", performer="heuristic", stage_schedule="detect", checkpoint_every=1000,
-        keep_buffers=True, eval_games=0, report_to=["jsonl"], progress=False,
-        game={"n_players": 5, "degrade": "mask_spans", "max_document_chars": 300},
-    ))  # fmt: skip
-    SpyRLTrainer(config).train_iteration()
-    return folder / "run"
+    """A real run's first iteration kept on disk: heuristic performers, whose civilians write one text."""
+    return kept_tiny_run(tmp_path_factory.mktemp("kept"))[1]
 
 
 def test_the_examples_in_its_docstrings_hold(text_likeness):
