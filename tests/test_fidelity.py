@@ -128,6 +128,23 @@ def test_first_performing_iteration_is_centred_per_role():
     assert np.mean([s.advantage for s in selected if s.row["role"] == "spy"]) < -1.0
 
 
+@pytest.mark.parametrize("roles", ["spy", "civilian"])
+def test_perform_roles_trains_one_roles_performances(roles):
+    """``perform_roles``: the other role's performances neither train nor move its RAE baseline."""
+    rows = [row for game_id in range(8) for row in game_rows(game_id, [1, 0, 0, 0, 0], spy=game_id % 5)]
+    everyone, _ = SpyRLTrainer.select_samples(fake_trainer(SpyRLConfig()), rows, "perform")
+    assert {s.row["role"] for s in everyone} == {"spy", "civilian"}
+    trainer = fake_trainer(SpyRLConfig.from_dict(dict(perform_roles=roles)))
+    selected, _ = SpyRLTrainer.select_samples(trainer, rows, "perform")
+    assert {s.row["role"] for s in selected} == {roles}
+    assert len(selected) == sum(s.row["role"] == roles for s in everyone)
+    assert set(trainer.rae.state_dict()["baselines"]) == {roles}
+    votes, _ = SpyRLTrainer.select_samples(trainer, rows, "detect")  # the votes are not its business
+    assert {s.row["role"] for s in votes} == {"civilian"}
+    with pytest.raises(ValueError, match="perform_roles"):
+        SpyRLConfig.from_dict(dict(perform_roles="spies"))
+
+
 # ------------------------------------------------------------------ finding 4: the spy's vote
 def test_paper_preset_trains_the_spys_vote_inside_the_detection_group():
     paper = SpyRLConfig.preset(PAPER)

@@ -159,7 +159,7 @@ PAPER_VALUES = {
     "epsilon": 0.2, "epsilon_high": None, "beta": 0.001, "kl_estimator": "low_var_kl", "loss_type": "dapo",
     "perform_ratio_level": "token", "detect_ratio_level": "action", "detect_advantage_groups": "game",
     "vote_gradient": "sampled", "spy_vote_in_group": True, "penalty_advantage": "own", "advantage_eps": 1e-4,
-    "rae": True, "rae_alpha": 0.9, "rae_init": "first_batch", "perform_group_norm": False,
+    "rae": True, "rae_alpha": 0.9, "rae_init": "first_batch", "perform_group_norm": False, "perform_roles": "all",
     "stage_schedule": "adaptive", "start_stage": "detect", "acc_high": 0.9, "na_low": 0.1, "err_high": 0.4,
     "na_high": 0.5, "k_min": 5, "stage_ema": 0.5, "heldout_fraction": 0.2,
 }  # fmt: skip

@@ -222,8 +222,8 @@ class SpyRLTrainer:
         rows, skipped = stage_rows(
             buffer if c.rollout.learner_plays(stage) else [],  # a fixed agent's replies are not the learner's
             stage,
+            c.advantages,
             max_prompt_tokens=c.rollout.max_prompt_tokens,
-            spy_vote_in_group=c.advantages.spy_vote_in_group,
         )
         if stage is Stage.PERFORM and c.advantages.perform_reward == "expected":
             rewards, penalties = perform_stage_rewards(rows, buffer, c.advantages, c.game)

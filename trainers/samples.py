@@ -94,6 +94,12 @@ class AdvantageConfig:
     perform_group_norm: bool = setting(
         False, "Also scale performing advantages by the std within replay_setup groups: A = (r − b_role)/(std_g + ε)."
     )
+    perform_roles: Literal["all", "spy", "civilian"] = setting(
+        "all",
+        "Performances the performing stage trains: all (the paper's: every seat's), spy or civilian (the other "
+        "role's texts neither train nor move its RAE baseline: a role whose texts are four fifths of a batch "
+        "cannot carry the update alone).",
+    )
     perform_reward: Literal["sampled", "expected"] = setting(
         "sampled",
         "Performing reward: sampled (the paper's: votes as cast) or expected (votes received = Σ of the voters' "
@@ -140,26 +146,32 @@ def skip_reason(row: Mapping[str, Any], max_prompt_tokens: int) -> str | None:
 
 
 def stage_rows(
-    buffer: Iterable[dict], stage: Stage, *, max_prompt_tokens: int, spy_vote_in_group: bool
+    buffer: Iterable[dict], stage: Stage, config: AdvantageConfig, *, max_prompt_tokens: int
 ) -> tuple[list[dict], dict[str, int]]:
     """The rows of ``stage`` that enter its advantages, and how many were skipped for each reason.
 
-    A row enters when it trains; the spy's untrained vote also enters with ``spy_vote_in_group``
-    (it joins its game's normalisation group, then is dropped before the update).
+    A row enters when it trains; the spy's untrained vote also enters with ``config.spy_vote_in_group``
+    (it joins its game's normalisation group, then is dropped before the update). Performances enter
+    only for the roles ``config.perform_roles`` names (``all``, ``spy`` or ``civilian``); the others are
+    left out by the setting, not counted as skipped.
 
     >>> base = {"error": None, "prompt_token_ids": [1], "completion_token_ids": [7], "completion_mask": None}
     >>> buffer = [{**base, "stage": "vote", "trainable": False, "role": "spy"},
     ...           {**base, "stage": "vote", "trainable": True, "role": "civilian", "error": "timeout"},
     ...           {**base, "stage": "perform", "trainable": True, "role": "civilian"}]
-    >>> rows, skipped = stage_rows(buffer, Stage.VOTE, max_prompt_tokens=8, spy_vote_in_group=True)
+    >>> rows, skipped = stage_rows(buffer, Stage.VOTE, AdvantageConfig(spy_vote_in_group=True), max_prompt_tokens=8)
     >>> [r["role"] for r in rows], skipped["forfeit"]
     (['spy'], 1)
+    >>> stage_rows(buffer, Stage.PERFORM, AdvantageConfig(perform_roles="spy"), max_prompt_tokens=8)[0]
+    []
     """
     rows, skipped = [], dict.fromkeys(SKIP_REASONS, 0)
     for row in buffer:
         if row["stage"] != stage:
             continue
-        if not row["trainable"] and not (stage is Stage.VOTE and spy_vote_in_group and row["role"] == "spy"):
+        if stage is Stage.PERFORM and config.perform_roles not in ("all", row["role"]):
+            continue
+        if not row["trainable"] and not (stage is Stage.VOTE and config.spy_vote_in_group and row["role"] == "spy"):
             continue
         reason = skip_reason(row, max_prompt_tokens)
         if reason is None:
