@@ -28,28 +28,11 @@ from trainers.choices import VOTE_GRADIENTS, vote_gradient_of
 from trainers.validation import bad, check_choice, check_section, setting
 
 __all__ = [
-    "ADVANTAGE_GROUPINGS",
-    "ROLES",
-    "SKIP_REASONS",
-    "AdvantageConfig",
-    "AdvantageGrouping",
-    "Sample",
-    "advantage_groups",
-    "batch_group_stats",
-    "choice_advantages",
-    "global_group_stats",
-    "grouping_of",
-    "register_advantage_grouping",
-    "role_means",
-    "role_reward_sums",
-    "sample_stats",
-    "skip_reason",
-    "stage_advantages",
-    "stage_rewards",
-    "stage_rows",
-    "trainable_samples",
-    "vote_moments",
-]
+    "ADVANTAGE_GROUPINGS", "ROLES", "SKIP_REASONS", "AdvantageConfig", "AdvantageGrouping", "Sample",
+    "advantage_groups", "batch_group_stats", "choice_advantages", "global_group_stats", "grouping_of",
+    "register_advantage_grouping", "role_means", "role_reward_sums", "sample_stats", "skip_reason",
+    "stage_advantages", "stage_rewards", "stage_rows", "trainable_samples", "vote_moments",
+]  # fmt: skip
 
 SKIP_REASONS = ("too_long_prompt", "empty", "forfeit", "no_choice")
 ROLES = ("civilian", "spy")
@@ -95,11 +78,9 @@ class AdvantageConfig:
         False, "Also scale performing advantages by the std within replay_setup groups: A = (r − b_role)/(std_g + ε)."
     )
     perform_roles: Literal["all", "spy", "civilian"] = setting(
-        "all",
-        "Performances the performing stage trains: all (the paper's: every seat's), spy or civilian (the other "
-        "role's texts neither train nor move its RAE baseline: a role whose texts are four fifths of a batch "
-        "cannot carry the update alone).",
-    )
+        "all", "Performances the performing stage trains: all (the paper's), spy or civilian (the other role's "
+        "neither train nor move its RAE baseline).",
+    )  # fmt: skip
     perform_reward: Literal["sampled", "expected"] = setting(
         "sampled",
         "Performing reward: sampled (the paper's: votes as cast) or expected (votes received = Σ of the voters' "
@@ -151,9 +132,8 @@ def stage_rows(
     """The rows of ``stage`` that enter its advantages, and how many were skipped for each reason.
 
     A row enters when it trains; the spy's untrained vote also enters with ``config.spy_vote_in_group``
-    (it joins its game's normalisation group, then is dropped before the update). Performances enter
-    only for the roles ``config.perform_roles`` names (``all``, ``spy`` or ``civilian``); the others are
-    left out by the setting, not counted as skipped.
+    (it joins its game's normalisation group, then is dropped before the update); performances only
+    of the roles ``config.perform_roles`` names (left out by the setting, not counted as skipped).
 
     >>> base = {"error": None, "prompt_token_ids": [1], "completion_token_ids": [7], "completion_mask": None}
     >>> buffer = [{**base, "stage": "vote", "trainable": False, "role": "spy"},
@@ -162,15 +142,13 @@ def stage_rows(
     >>> rows, skipped = stage_rows(buffer, Stage.VOTE, AdvantageConfig(spy_vote_in_group=True), max_prompt_tokens=8)
     >>> [r["role"] for r in rows], skipped["forfeit"]
     (['spy'], 1)
-    >>> stage_rows(buffer, Stage.PERFORM, AdvantageConfig(perform_roles="spy"), max_prompt_tokens=8)[0]
-    []
     """
     rows, skipped = [], dict.fromkeys(SKIP_REASONS, 0)
     for row in buffer:
         if row["stage"] != stage:
             continue
         if stage is Stage.PERFORM and config.perform_roles not in ("all", row["role"]):
-            continue
+            continue  # a role the performing stage does not train
         if not row["trainable"] and not (stage is Stage.VOTE and config.spy_vote_in_group and row["role"] == "spy"):
             continue
         reason = skip_reason(row, max_prompt_tokens)
