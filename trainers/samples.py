@@ -142,6 +142,8 @@ def stage_rows(
     >>> rows, skipped = stage_rows(buffer, Stage.VOTE, AdvantageConfig(spy_vote_in_group=True), max_prompt_tokens=8)
     >>> [r["role"] for r in rows], skipped["forfeit"]
     (['spy'], 1)
+    >>> stage_rows(buffer, Stage.PERFORM, AdvantageConfig(perform_roles="spy"), max_prompt_tokens=8)[0]
+    []
     """
     rows, skipped = [], dict.fromkeys(SKIP_REASONS, 0)
     for row in buffer:
