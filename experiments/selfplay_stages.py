@@ -243,7 +243,7 @@ def train(name: str, trainer: SpyRLTrainer) -> list[dict[str, Any]]:
     """Every training iteration of one row: its scalar metrics, with the minutes since the first."""
     start = time.perf_counter()
     history = []
-    for _ in range(trainer.config.run.iterations):
+    while trainer.iteration < trainer.config.run.iterations:  # from the checkpoint's iteration on a resumed run
         metrics = trainer.train_iteration()
         history.append({k: v for k, v in metrics.items() if isinstance(v, (int, float, str))})
         history[-1]["minutes"] = (time.perf_counter() - start) / 60
@@ -265,9 +265,13 @@ def run_row(name: str, args: argparse.Namespace, base: dict[str, Any] | None) ->
     if base is None:
         base = {"games": evaluate(trainer, panel, args), "minutes": (time.perf_counter() - start) / 60}
         logging.info("base: %s", _line(summary(base["games"])))
-    if args.init_model:  # training starts from the saved model; every gain stays paired with the base model
+    if args.resume:  # the row's run continued exactly where its last checkpoint left it
+        del trainer
+        trainer = SpyRLTrainer.from_checkpoint(config, "latest")
+    elif args.init_model:  # training starts from the saved model; every gain stays paired with the base model
         del trainer
         trainer = SpyRLTrainer(config)
+    resumed_from = trainer.iteration
     start = time.perf_counter()
     history = train(name, trainer)
     train_minutes = (time.perf_counter() - start) / 60
@@ -276,6 +280,7 @@ def run_row(name: str, args: argparse.Namespace, base: dict[str, Any] | None) ->
         "row": name,
         "overrides": ROWS[name],
         "init_model": args.init_model,
+        "resumed_from": resumed_from,
         "config": config.to_dict(),
         "heldout_documents": [d.id for d in trainer.eval_documents],
         "train_minutes": train_minutes,
@@ -411,7 +416,29 @@ def parser() -> argparse.ArgumentParser:
         help="train the rows, evaluate nothing, and write selfplay_training.json: each row's detection accuracy "
         "on its training games beside every rule baseline on the same games (the iterations' buffers are kept)",
     )  # fmt: skip
+    p.add_argument(
+        "--resume", action="store_true",
+        help="continue every row's run in --runs from its latest checkpoint (this command's run with fewer "
+        "--iterations and the same settings) to --iterations, as a straight run would have gone on; the JSON's "
+        "training curves cover the iterations this command trains, and the base model is evaluated again",
+    )  # fmt: skip
     return p
+
+
+def _check_resume(args: argparse.Namespace, rows: list[str]) -> None:
+    """``--resume`` needs every row's checkpoint, short of ``--iterations``, before any work."""
+    if not args.resume:
+        return
+    if args.probe or args.training_only:
+        raise ValueError("--resume continues a trained row: it goes with neither --probe nor --training-only")
+    for name in rows:
+        pointer = Path(args.runs) / name / "checkpoints" / "latest"
+        if not pointer.is_file():
+            raise ValueError(f"--resume: no checkpoint of row {name!r} to continue ({pointer} is missing)")
+        state = pointer.parent / pointer.read_text().strip() / "trainer_state.json"
+        done = json.loads(state.read_text())["iteration"] if state.is_file() else None
+        if done is None or done >= args.iterations:
+            raise ValueError(f"--resume: row {name!r} is at iteration {done} of {state}, not short of --iterations")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -438,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--probe and --training-only are two different runs: give one")
         for name in rows:
             row_config(name, args)
+        _check_resume(args, rows)
         require([PLOTS])
         written = [out / "selfplay_stages.json", out / "selfplay_stages.png"]
         if args.probe or args.training_only:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -194,6 +195,46 @@ def test_selfplay_init_model_starts_the_probe_from_a_saved_model_and_refuses_a_f
     )  # fmt: skip
     assert proc.returncode == 2 and proc.stderr.startswith("error: --init-model") and "Traceback" not in proc.stderr
     assert not (tmp_path / "nothing").exists()
+
+
+def test_selfplay_resume_continues_a_row_as_the_straight_run_went_on(tiny_model_dir, tmp_path):
+    """``--resume``: a row continued from its checkpoint at iteration 1 to 2 trains the iteration the straight
+    2-iteration run trained (the same metrics, the same final weights and evaluation); a row with no checkpoint,
+    or one already at --iterations, is one ``error:`` line before any work."""
+
+    def run(*extra):
+        return subprocess.run(
+            [sys.executable, "experiments/selfplay_stages.py", "--quick", "--rows", "selfplay", "--iterations", "2",
+             "--set", f"model.name_or_path={tiny_model_dir}", "--set", "train_top_layers=0", "--set",
+             "checkpoint_every=1", "--set", "game.n_players=3", *extra],
+            cwd=ROOT, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+
+    proc = run("--runs", str(tmp_path / "straight"), "--out", str(tmp_path / "a"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shutil.copytree(tmp_path / "straight", tmp_path / "resumed")
+    checkpoints = tmp_path / "resumed" / "selfplay" / "checkpoints"
+    shutil.rmtree(checkpoints / "iter_00002")
+    (checkpoints / "latest").write_text("iter_00001")
+    proc = run("--runs", str(tmp_path / "resumed"), "--resume", "--out", str(tmp_path / "b"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (straight,) = json.loads((tmp_path / "a" / "selfplay_stages.json").read_text())["rows"]
+    (resumed,) = json.loads((tmp_path / "b" / "selfplay_stages.json").read_text())["rows"]
+    assert (straight["resumed_from"], resumed["resumed_from"]) == (0, 1)
+    assert [h["iteration"] for h in resumed["training"]] == [2]
+
+    def logged(h):  # what the iteration did, not how long it took (entropy is NaN here: NaN != NaN)
+        return {k: v for k, v in h.items() if k.split("/")[0] not in ("time", "perf", "minutes", "losses")}
+
+    assert logged(resumed["training"][0]) == logged(straight["training"][1])
+    assert resumed["training"][0]["losses/loss"] == pytest.approx(straight["training"][1]["losses/loss"])
+    assert resumed["per_game"] == straight["per_game"] and resumed["trained"] == straight["trained"]
+    weights = "iter_00002/model/model.safetensors"
+    assert (checkpoints / weights).read_bytes() == (tmp_path / "straight/selfplay/checkpoints" / weights).read_bytes()
+    for runs, said in ((tmp_path / "none", "no checkpoint"), (tmp_path / "straight", "not short of --iterations")):
+        proc = run("--runs", str(runs), "--resume", "--out", str(tmp_path / "c"))
+        assert proc.returncode == 2 and proc.stderr.startswith("error: --resume") and said in proc.stderr
+        assert "Traceback" not in proc.stderr and not (tmp_path / "c").exists()
 
 
 @pytest.mark.parametrize("script", ["smollm2_selfplay.py", "selfplay_stages.py"])
