@@ -296,6 +296,8 @@ def read_json(path: str | os.PathLike, what: str) -> Any:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{what} {str(path)!r} is not UTF-8 text") from e
+    if not text.strip():  # a command reserves its output empty before the work and writes it whole after
+        raise ValueError(f"{what} {str(path)!r} is empty: the command writing it has not finished, or it stopped")
     return parse_json(text, f"{what} {str(path)!r}")
 
 

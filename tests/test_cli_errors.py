@@ -88,6 +88,8 @@ def test_train_config_file_mistakes(tmp_path, content, needle, capsys):
         (["plot", "{tmp}/no-run"], "no-run"),
         (["eval", "--compare", "{tmp}/none.json"], "none.json"),
         (["eval", "--compare", "{tmp}/bad.json"], "not JSON"),
+        # an output another command reserved (empty until it finishes): said so, not "not JSON"
+        (["leaderboard", "spy", "--compare", "{tmp}/reserved.json"], "is empty: the command writing it"),
         (["eval", "--model", "heuristic", "--data", "gsm8k={tmp}/nothing", "--out", "{tmp}/r.json"], "nothing"),
         (["rollout", "--games", "1", "--out", "{tmp}"], "is a folder"),
         (["rollout", "--games", "1", "--out", "{tmp}/file.txt/x.parquet"], "not a folder"),
@@ -102,6 +104,7 @@ def test_ordinary_mistakes_are_one_line_errors(tmp_path, argv, needle, capsys, m
     monkeypatch.chdir(tmp_path)
     (tmp_path / "file.txt").write_text("x")
     (tmp_path / "bad.json").write_text("{oops")
+    (tmp_path / "reserved.json").write_text("")
     (tmp_path / "empty.jsonl").write_text("")
     assert_user_error([a.replace("{tmp}", str(tmp_path)) for a in argv], capsys, needle)
 
