@@ -14,14 +14,14 @@ torch = pytest.importorskip("torch")
 from spy_env.stage import Stage  # noqa: E402
 from trainers import SpyRLConfig, SpyRLTrainer  # noqa: E402
 from trainers.choices import VOTE_GRADIENTS, Choice, VoteGradient, choice_loss, register_vote_gradient  # noqa: E402
-from trainers.loss import AGGREGATIONS, Aggregation, Objective, clipped_policy_loss, register_aggregation  # noqa: E402
-from trainers.samples import (  # noqa: E402
+from trainers.groups import (  # noqa: E402
     ADVANTAGE_GROUPINGS,
     AdvantageGrouping,
     advantage_groups,
     register_advantage_grouping,
-    stage_advantages,
 )
+from trainers.loss import AGGREGATIONS, Aggregation, Objective, clipped_policy_loss, register_aggregation  # noqa: E402
+from trainers.samples import stage_advantages  # noqa: E402
 
 # --- the user's file: a loss aggregation --------------------------------------------------------
 

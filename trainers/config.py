@@ -40,11 +40,12 @@ from typing import Any, ClassVar
 from spy_env.config import GameConfig, coerce_floats
 from trainers.algorithm import StageConfig
 from trainers.choices import vote_gradient_of
+from trainers.groups import grouping_of
 from trainers.loss import LossConfig
 from trainers.models import ModelConfig
 from trainers.policies import DecodingConfig, RolloutConfig
 from trainers.presets import PRESETS
-from trainers.samples import AdvantageConfig, grouping_of
+from trainers.samples import AdvantageConfig
 from trainers.update import UpdateConfig
 from trainers.validation import bad, check_section, setting
 

@@ -25,14 +25,27 @@ from spy_env.config import GameConfig
 from spy_env.stage import Stage
 from trainers.algorithm import RAEBaselines, group_normalized_advantages, group_scaled, moments_stats
 from trainers.choices import VOTE_GRADIENTS, vote_gradient_of
+from trainers.groups import ADVANTAGE_GROUPINGS, advantage_groups, grouping_of
 from trainers.validation import bad, check_choice, check_section, setting
 
 __all__ = [
-    "ADVANTAGE_GROUPINGS", "ROLES", "SKIP_REASONS", "AdvantageConfig", "AdvantageGrouping", "Sample",
-    "advantage_groups", "batch_group_stats", "choice_advantages", "global_group_stats", "grouping_of",
-    "register_advantage_grouping", "role_means", "role_reward_sums", "sample_stats", "skip_reason",
-    "stage_advantages", "stage_rewards", "stage_rows", "trainable_samples", "vote_moments",
-]  # fmt: skip
+    "ROLES",
+    "SKIP_REASONS",
+    "AdvantageConfig",
+    "Sample",
+    "batch_group_stats",
+    "choice_advantages",
+    "global_group_stats",
+    "role_means",
+    "role_reward_sums",
+    "sample_stats",
+    "skip_reason",
+    "stage_advantages",
+    "stage_rewards",
+    "stage_rows",
+    "trainable_samples",
+    "vote_moments",
+]
 
 SKIP_REASONS = ("too_long_prompt", "empty", "forfeit", "no_choice")
 ROLES = ("civilian", "spy")
@@ -49,7 +62,7 @@ class AdvantageConfig:
         "Normalise detection rewards within: game (its voters, Eq. 5), prompt (one seat's vote across the "
         "games_per_document games of a replay_setup group: same document, spy and masks) or batch (all of the "
         "iteration's votes, over every process: with few voters a game, e.g. 2 civilians of 3 players, Eq. 5 zeroes "
-        "every game whose voters agree; docs/experiment/TUNING.md). A name in trainers.samples.ADVANTAGE_GROUPINGS.",
+        "every game whose voters agree; docs/experiment/TUNING.md). A name in trainers.groups.ADVANTAGE_GROUPINGS.",
     )
     vote_gradient: str = setting(
         "sampled",
@@ -181,67 +194,6 @@ def stage_rewards(
         (game.weight_detect, "reward_detect") if stage is Stage.VOTE else (game.weight_perform, "reward_perform")
     )
     return [weight * r[component] for r in rows], [game.weight_penalty * r["reward_penalty"] for r in rows]
-
-
-@dataclass(frozen=True)
-class AdvantageGrouping:
-    """A ``detect_advantage_groups``: which votes are normalised together (Eq. 5's group).
-
-    ``key(row)``: the group of a vote's row. ``whole_batch``: one group over every process's votes, so
-    on several processes the trainer sums their moments first (:func:`global_group_stats`).
-    ``needs_replayed_setups``: the groups are only larger than one vote when games replay one setup
-    (``replay_setup`` and ``games_per_document`` ≥ 2).
-    """
-
-    key: Callable[[Mapping[str, Any]], Hashable]
-    whole_batch: bool = False
-    needs_replayed_setups: bool = False
-
-
-ADVANTAGE_GROUPINGS: dict[str, AdvantageGrouping] = {}
-
-
-def register_advantage_grouping(name: str, grouping: AdvantageGrouping) -> AdvantageGrouping:
-    """Make ``grouping`` the ``detect_advantage_groups`` called ``name``."""
-    ADVANTAGE_GROUPINGS[name] = grouping
-    return grouping
-
-
-def _game_round(row: Mapping[str, Any]) -> Hashable:
-    return (row["game_id"], row["round"])
-
-
-def _replayed_seat(row: Mapping[str, Any]) -> Hashable:
-    return (row["group_id"], row["seat"], row["round"])
-
-
-def _one_group(row: Mapping[str, Any]) -> Hashable:
-    return 0
-
-
-register_advantage_grouping("game", AdvantageGrouping(_game_round))  # the voters of one game's round (Eq. 5)
-register_advantage_grouping("prompt", AdvantageGrouping(_replayed_seat, needs_replayed_setups=True))
-register_advantage_grouping("batch", AdvantageGrouping(_one_group, whole_batch=True))
-
-
-def grouping_of(name: str) -> AdvantageGrouping:
-    if name not in ADVANTAGE_GROUPINGS:
-        raise ValueError(f"unknown detect_advantage_groups {name!r}; expected one of {sorted(ADVANTAGE_GROUPINGS)}")
-    return ADVANTAGE_GROUPINGS[name]
-
-
-def advantage_groups(rows: Sequence[Mapping[str, Any]], by: str) -> list[Hashable]:
-    """Each row's normalisation group under the grouping ``by``: ``"game"``, its game's round (the
-    voters of Eq. 5); ``"prompt"``, its seat and round across the replayed games of its group (same
-    document, spy and masks); ``"batch"``: one group, every row (on several processes every
-    process's rows: the trainer passes the group's global mean and std, :func:`global_group_stats`).
-
-    >>> rows = [{"game_id": 4, "group_id": 1, "seat": 2, "round": 0}]
-    >>> advantage_groups(rows, "game"), advantage_groups(rows, "prompt"), advantage_groups(rows, "batch")
-    ([(4, 0)], [(1, 2, 0)], [0])
-    """
-    key = grouping_of(by).key
-    return [key(r) for r in rows]
 
 
 def global_group_stats(
