@@ -79,10 +79,11 @@ from agents.rules import RULES, played_shares, played_votes, spy_share
 from spy_env.buffer import EpisodeBuffer
 from spy_env.extras import require
 from spy_env.heldout import bootstrap, evaluate_heldout, paired_difference, summarize
-from spy_env.io import refuse_existing_outputs, save_figure, write_text
+from spy_env.io import read_json, refuse_existing_outputs, save_figure, write_text
 from spy_env.stage import Stage
 from spyrl.evaluation.leaderboard import run_leaderboard
 from trainers import SpyRLConfig, SpyRLTrainer
+from trainers.checkpoint import CheckpointError, resolve_checkpoint
 from trainers.extras import PLOTS
 from trainers.policies import learner_policy, seat_policy
 
@@ -432,13 +433,13 @@ def _check_resume(args: argparse.Namespace, rows: list[str]) -> None:
     if args.probe or args.training_only:
         raise ValueError("--resume continues a trained row: it goes with neither --probe nor --training-only")
     for name in rows:
-        pointer = Path(args.runs) / name / "checkpoints" / "latest"
-        if not pointer.is_file():
-            raise ValueError(f"--resume: no checkpoint of row {name!r} to continue ({pointer} is missing)")
-        state = pointer.parent / pointer.read_text().strip() / "trainer_state.json"
-        done = json.loads(state.read_text())["iteration"] if state.is_file() else None
-        if done is None or done >= args.iterations:
-            raise ValueError(f"--resume: row {name!r} is at iteration {done} of {state}, not short of --iterations")
+        try:
+            folder = resolve_checkpoint(Path(args.runs) / name / "checkpoints", "latest")
+        except CheckpointError as e:
+            raise ValueError(f"--resume: row {name!r}: {e}") from e
+        done = read_json(folder / "trainer_state.json", "checkpoint state").get("iteration")
+        if not isinstance(done, int) or done >= args.iterations:
+            raise ValueError(f"--resume: row {name!r} is at iteration {done} of {folder}, not short of --iterations")
 
 
 def main(argv: list[str] | None = None) -> int:
