@@ -236,6 +236,20 @@ def test_fixed_schedules():
     ]
     only = StageController(schedule="perform")
     assert {only.update(1.0, 0.0) for _ in range(10)} == {Stage.PERFORM}
+
+
+def test_k_perform_gives_the_performing_stage_its_own_length():
+    # alternate: two performing iterations, one detection iteration, in turn, from the performing stage
+    c = StageController(schedule="alternate", k_min=1, k_perform=2, start="perform")
+    expected = ["perform", "detect", "perform", "perform", "detect", "perform", "perform"]
+    assert [c.update(0.5, 0.0).schedule_name for _ in range(7)] == expected
+    assert c.switches == [2, 3, 5, 6]
+    # adaptive: k_perform is the performing stage's minimum; detection keeps k_min
+    a = StageController(ema=0.0, k_min=1, k_perform=3, start="perform")
+    assert [a.update(0.0, 0.0).schedule_name for _ in range(5)] == ["perform", "perform", "detect", "detect", "detect"]
+    assert StageController.from_config(SpyRLConfig.from_dict({"k_perform": 4}).stages).k_perform == 4
+    with pytest.raises(ValueError, match="k_perform"):
+        SpyRLConfig.from_dict({"k_perform": 0})
     with pytest.raises(ValueError):
         StageController(schedule="random")
 

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from spy_env.stage import Stage
-from trainers.validation import check_section, setting
+from trainers.validation import bad, check_section, setting
 
 __all__ = [
     "RAEBaselines",
@@ -226,19 +226,27 @@ class StageConfig:
     err_high: float = setting(0.4, "perform → detect when 1 − EMA acc ≥ this ...")
     na_high: float = setting(0.5, "... or EMA N/A rate ≥ this.")
     k_min: int = setting(5, "Minimum iterations per stage (K_min).")
+    k_perform: int | None = setting(
+        None,
+        "K_min of the performing stage alone (None: k_min): under alternate the stages run k_min detection "
+        "and k_perform performing iterations in turn.",
+    )
     stage_ema: float = setting(0.9, "EMA factor of acc and N/A for the controller.")
 
     def __post_init__(self) -> None:
         check_section(
             self, positive_ints=("k_min",), fractions=("stage_ema", "acc_high", "na_low", "err_high", "na_high")
         )
+        if self.k_perform is not None and self.k_perform < 1:
+            raise bad(self, "k_perform", "None or an integer >= 1")
 
 
 @dataclass
 class StageController:
     """Which stage trains next (the paper's controller): alternating with hysteresis, or a fixed schedule.
 
-    Symbols: ``acc`` detection accuracy, ``na`` N/A rate, ρ = ``ema``, ``K_min`` = ``k_min``;
+    Symbols: ``acc`` detection accuracy, ``na`` N/A rate, ρ = ``ema``, ``K_min`` = ``k_min`` (``k_perform``,
+    where given, is the performing stage's own ``K_min``: the stages need not take equal turns);
     ``acc_ema ← ρ acc_ema + (1 − ρ) acc`` (the first value initialises it).
 
     ``schedule``:
@@ -246,7 +254,7 @@ class StageController:
     - ``"adaptive"`` (paper): EMAs of ``acc`` and ``na`` (factor ``ema``); detection →
       performing when ``acc ≥ acc_high`` and ``na ≤ na_low``; performing → detection when
       ``1 − acc ≥ err_high`` or ``na ≥ na_high``; at least ``k_min`` iterations per stage.
-    - ``"alternate"``: switch every ``k_min`` iterations.
+    - ``"alternate"``: switch every ``k_min`` iterations (every ``k_perform`` in the performing stage).
     - ``"detect"`` / ``"perform"``: always that stage.
 
     ``start`` and ``stage`` are :class:`~spy_env.Stage` members (the detection stage trains
@@ -262,6 +270,7 @@ class StageController:
     na_high: float = 0.5
     k_min: int = 5
     ema: float = 0.9
+    k_perform: int | None = None
     stage: Stage | None = None
     iterations_in_stage: int = 0
     acc_ema: float | None = None
@@ -275,8 +284,8 @@ class StageController:
         if self.start not in (Stage.VOTE, Stage.PERFORM, DETECT, PERFORM):  # a Stage is its own string
             raise ValueError(f"start stage must be detect or perform, got {self.start!r}")
         self.start = Stage.of(self.start)
-        if self.k_min < 1 or not 0 <= self.ema < 1:
-            raise ValueError("k_min must be >= 1 and ema in [0, 1)")
+        if self.k_min < 1 or not 0 <= self.ema < 1 or (self.k_perform is not None and self.k_perform < 1):
+            raise ValueError("k_min and k_perform must be >= 1 and ema in [0, 1)")
         if self.stage is None:
             self.stage = self.start if self.schedule in ("adaptive", "alternate") else Stage.of(self.schedule)
         self.stage = Stage.of(self.stage)
@@ -293,6 +302,7 @@ class StageController:
             na_high=config.na_high,
             k_min=config.k_min,
             ema=config.stage_ema,
+            k_perform=config.k_perform,
         )
 
     @property
@@ -306,7 +316,7 @@ class StageController:
         self.iterations_in_stage += 1
         self.acc_ema = acc if self.acc_ema is None else self.ema * self.acc_ema + (1 - self.ema) * acc
         self.na_ema = na if self.na_ema is None else self.ema * self.na_ema + (1 - self.ema) * na
-        if self.schedule in (DETECT, PERFORM) or self.iterations_in_stage < self.k_min:
+        if self.schedule in (DETECT, PERFORM) or self.iterations_in_stage < self.stage_length(self.stage):
             return self.stage
         if self.schedule == "alternate":
             return self._switch()
@@ -315,6 +325,10 @@ class StageController:
         if self.stage is Stage.PERFORM and (1 - self.acc_ema >= self.err_high or self.na_ema >= self.na_high):
             return self._switch()
         return self.stage
+
+    def stage_length(self, stage: Stage) -> int:
+        """``K_min`` of ``stage``: ``k_perform`` for the performing stage where it is given, ``k_min`` otherwise."""
+        return self.k_perform if stage is Stage.PERFORM and self.k_perform is not None else self.k_min
 
     def _switch(self) -> Stage:
         self.stage = Stage.PERFORM if self.stage is Stage.VOTE else Stage.VOTE
