@@ -1,0 +1,136 @@
+"""Does a run's own game reward the spy for what spy-v1 rewards? Numbers in the spy's texts, from its kept games.
+
+On spy-v1 a spy's text that names no number is almost always voted out: its fixed detectors compare numbers
+and terms with their own copies (``experiments/spy_texts.py``: texts with numbers survive 0.36-0.48 of their
+games in every model measured, texts without 0.00-0.13). This script asks the run's training games the same
+question, per range of iterations, first round, per game (``run.keep_buffers``):
+
+- ``spy_numbers``: the share of games whose spy's performance names a number (``agents.scripted.numbers_in``);
+- ``civilian_numbers``: the same share over the civilians' performances;
+- ``votes_with_numbers`` / ``votes_without_numbers``: the votes the spy's performance received (as cast, the
+  performance's ``votes_received``), over the games whose spy text names a number / names none;
+- ``votes_difference``: with minus without, its interval from the two groups resampled apart. Above 0: the
+  run's voters find a spy that names numbers more often, so its performing reward pushes the spy towards the
+  texts spy-v1's detectors catch.
+
+The games with and without numbers are different games (documents, copies, seats), so the difference is a
+correlation on the run's games, not an effect measured on one setup. Intervals resample games. Given several runs,
+a last row (``all runs``) holds every run's games of each range together.
+
+    python experiments/spy_numbers.py runs/attempt23/seed0/selfplay --iterations 1-32 --iterations 33-64 --out numbers.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from harness import command_of, experiment_parser, user_error
+from seat_probe import iteration_range
+
+from agents.scripted import numbers_in
+from spy_env.buffer import EpisodeBuffer
+from spy_env.heldout import Interval, bootstrap, percentile_interval, resample_counts
+from spy_env.io import refuse_existing_outputs, write_text
+from spy_env.stage import Stage
+
+
+def spy_games(run: Path, first: int, last: int) -> list[dict[str, Any]]:
+    """Per first-round game of iterations ``first..last``: whether the spy's text and each civilian's name a
+    number, and the votes the spy's text received."""
+    games = []
+    for iteration in range(first, last + 1):
+        path = run / "buffers" / f"iter_{iteration - 1:05d}.parquet"  # the files count from 0
+        if not path.is_file():
+            raise ValueError(f"{str(path)!r} not found: the run kept no buffer for iteration {iteration}")
+        performances: dict[Any, list[dict[str, Any]]] = {}
+        for row in EpisodeBuffer.load(path).rows:
+            if row["round"] == 0 and row["stage"] == Stage.PERFORM:
+                performances.setdefault(row["game_id"], []).append(row)
+        for rows in performances.values():
+            spy = [r for r in rows if r["role"] == "spy"]
+            if len(spy) != 1:
+                raise ValueError(f"{str(path)!r}: a game without exactly one spy performance")
+            games.append(
+                {
+                    "spy_numbers": float(bool(numbers_in(spy[0]["completion"] or ""))),
+                    "civilian_numbers": [float(bool(numbers_in(r["completion"] or ""))) for r in rows if r is not spy[0]],
+                    "votes": float(spy[0]["votes_received"]),
+                }
+            )  # fmt: skip
+    return games
+
+
+def difference(with_: Sequence[float], without: Sequence[float], *, resamples: int = 2000) -> Interval:
+    """``mean(with_) − mean(without)`` with a percentile interval, the two groups resampled apart.
+
+    >>> d = difference([3.0, 3.0], [1.0, 1.0, 1.0])
+    >>> (d.mean, d.low, d.high, d.n)
+    (2.0, 2.0, 2.0, 5)
+    """
+    a, b = np.asarray(with_, dtype=np.float64), np.asarray(without, dtype=np.float64)
+    if not a.size or not b.size:
+        return Interval(float("nan"), float("nan"), float("nan"), int(a.size + b.size))
+    ra = resample_counts(a.size, resamples=resamples, seed=0) @ a / a.size
+    rb = resample_counts(b.size, resamples=resamples, seed=1) @ b / b.size
+    return percentile_interval(float(a.mean() - b.mean()), ra - rb, a.size + b.size)
+
+
+def numbers(games: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The module docstring's measures over ``games``."""
+    named = [g["votes"] for g in games if g["spy_numbers"]]
+    unnamed = [g["votes"] for g in games if not g["spy_numbers"]]
+    return {
+        "games": len(games),
+        "spy_numbers": bootstrap([g["spy_numbers"] for g in games]).to_dict(),
+        "civilian_numbers": bootstrap([float(np.mean(g["civilian_numbers"])) for g in games]).to_dict(),
+        "votes_with_numbers": bootstrap(named).to_dict(),
+        "votes_without_numbers": bootstrap(unnamed).to_dict(),
+        "votes_difference": difference(named, unnamed).to_dict(),
+    }
+
+
+def args_ranges(ranges: Sequence[tuple[int, int]]) -> list[str]:
+    """The names the ranges' results are kept under (``A-B``)."""
+    return [f"{a}-{b}" for a, b in ranges]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = experiment_parser(__doc__, None, "JSON file to write", overrides=False)
+    p.add_argument("runs", nargs="+", help="training run folders that kept their buffers (buffers/iter_NNNNN.parquet)")
+    p.add_argument(
+        "--iterations", action="append", required=True,
+        help="A-B: a range of iterations (1-based) measured together (repeatable: one result per range)",
+    )  # fmt: skip
+    args = p.parse_args(argv)
+    try:
+        ranges = [iteration_range(text) for text in args.iterations]
+        refuse_existing_outputs([args.out], overwrite=args.overwrite)
+        played = {run: {f"{a}-{b}": spy_games(Path(run), a, b) for a, b in ranges} for run in args.runs}
+    except (OSError, ValueError, KeyError) as e:
+        return user_error(e if not isinstance(e, KeyError) else f"not a kept buffer: missing {e}")
+    if len(played) > 1:  # every run's games of a range together, as one more row
+        played["all runs"] = {
+            name: [g for by_range in played.values() for g in by_range[name]] for name in args_ranges(ranges)
+        }
+    result: dict[str, Any] = {"command": command_of(__file__, argv), "runs": {}}
+    for run, by_range in played.items():
+        result["runs"][run] = {name: numbers(games) for name, games in by_range.items()}
+        for name, row in result["runs"][run].items():
+            d = row["votes_difference"]
+            print(
+                f"{run} {name}: spy names a number {row['spy_numbers']['mean']:.2f} "
+                f"(civilians {row['civilian_numbers']['mean']:.2f}); votes on the spy with − without numbers "
+                f"{d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]",
+                flush=True,
+            )
+    write_text(Path(args.out), json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
