@@ -16,8 +16,7 @@ prints and writes, for every score of the set:
 ``--references`` (one file per seed, in the seeds' order) replaces the one base model: each seed's gain is then
 over its own reference, such as a detection-only run at the same seed and compute.
 
-    L=docs/experiment/selfplay
-    python experiments/seed_pool.py --base $L/attempt18/leaderboard/spy-v1-smollm2.json --seeds $L/attempt20/leaderboard/spy-v1-attempt20-selfplay.json $L/attempt21/leaderboard/spy-v1-attempt21-seed{1,2}.json --out pool.json
+    python experiments/seed_pool.py --base docs/experiment/selfplay/attempt18/leaderboard/spy-v1-smollm2.json --seeds docs/experiment/selfplay/attempt20/leaderboard/spy-v1-attempt20-selfplay.json docs/experiment/selfplay/attempt21/leaderboard/spy-v1-attempt21-seed{1,2}.json --out pool.json
 """
 
 from __future__ import annotations
