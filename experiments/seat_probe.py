@@ -35,6 +35,7 @@ own buffers, the training split only; the texts are the run's, nothing is genera
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -65,16 +66,29 @@ def iteration_range(text: str) -> tuple[int, int]:
     return int(first), int(last)
 
 
+def kept_rows(run: Path, iteration: int) -> list[dict[str, Any]]:
+    """The rows of ``run``'s kept buffer of ``iteration`` (1-based); a ``ValueError`` where the run kept none."""
+    path = run / "buffers" / f"iter_{iteration - 1:05d}.parquet"  # the files count from 0
+    if not path.is_file():
+        raise ValueError(f"{str(path)!r} not found: the run kept no buffer for iteration {iteration}")
+    return EpisodeBuffer.load(path).rows
+
+
+def add_iteration_ranges(parser: argparse.ArgumentParser) -> None:
+    """The repeatable ``--iterations A-B`` option of the scripts that read kept buffers by ranges."""
+    parser.add_argument(
+        "--iterations", action="append", required=True,
+        help="A-B: a range of iterations (1-based) measured together (repeatable: one result per range)",
+    )  # fmt: skip
+
+
 def played_games(run: Path, first: int, last: int) -> list[dict[str, Any]]:
     """The first-round games of iterations ``first..last`` of ``run``'s buffers: each game's reset arguments,
     performances by seat, spy seat and civilian voters."""
     games = []
     for iteration in range(first, last + 1):
-        path = run / "buffers" / f"iter_{iteration - 1:05d}.parquet"  # the files count from 0
-        if not path.is_file():
-            raise ValueError(f"{str(path)!r} not found: the run kept no buffer for iteration {iteration}")
         rows: dict[int, list[dict]] = {}
-        for row in EpisodeBuffer.load(path).rows:
+        for row in kept_rows(run, iteration):
             if row["round"] == 0:
                 rows.setdefault(row["game_id"], []).append(row)
         for game_rows in rows.values():

@@ -30,10 +30,9 @@ from typing import Any
 
 import numpy as np
 from harness import command_of, experiment_parser, user_error
-from seat_probe import iteration_range
+from seat_probe import add_iteration_ranges, iteration_range, kept_rows
 
 from agents.scripted import numbers_in
-from spy_env.buffer import EpisodeBuffer
 from spy_env.heldout import Interval, bootstrap, percentile_interval, resample_counts
 from spy_env.io import refuse_existing_outputs, write_text
 from spy_env.stage import Stage
@@ -44,17 +43,14 @@ def spy_games(run: Path, first: int, last: int) -> list[dict[str, Any]]:
     number, and the votes the spy's text received."""
     games = []
     for iteration in range(first, last + 1):
-        path = run / "buffers" / f"iter_{iteration - 1:05d}.parquet"  # the files count from 0
-        if not path.is_file():
-            raise ValueError(f"{str(path)!r} not found: the run kept no buffer for iteration {iteration}")
         performances: dict[Any, list[dict[str, Any]]] = {}
-        for row in EpisodeBuffer.load(path).rows:
+        for row in kept_rows(run, iteration):
             if row["round"] == 0 and row["stage"] == Stage.PERFORM:
                 performances.setdefault(row["game_id"], []).append(row)
         for rows in performances.values():
             spy = [r for r in rows if r["role"] == "spy"]
             if len(spy) != 1:
-                raise ValueError(f"{str(path)!r}: a game without exactly one spy performance")
+                raise ValueError(f"{run}, iteration {iteration}: a game without exactly one spy performance")
             games.append(
                 {
                     "spy_numbers": float(bool(numbers_in(spy[0]["completion"] or ""))),
@@ -94,18 +90,10 @@ def numbers(games: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def args_ranges(ranges: Sequence[tuple[int, int]]) -> list[str]:
-    """The names the ranges' results are kept under (``A-B``)."""
-    return [f"{a}-{b}" for a, b in ranges]
-
-
 def main(argv: list[str] | None = None) -> int:
     p = experiment_parser(__doc__, None, "JSON file to write", overrides=False)
     p.add_argument("runs", nargs="+", help="training run folders that kept their buffers (buffers/iter_NNNNN.parquet)")
-    p.add_argument(
-        "--iterations", action="append", required=True,
-        help="A-B: a range of iterations (1-based) measured together (repeatable: one result per range)",
-    )  # fmt: skip
+    add_iteration_ranges(p)
     args = p.parse_args(argv)
     try:
         ranges = [iteration_range(text) for text in args.iterations]
@@ -115,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         return user_error(e if not isinstance(e, KeyError) else f"not a kept buffer: missing {e}")
     if len(played) > 1:  # every run's games of a range together, as one more row
         played["all runs"] = {
-            name: [g for by_range in played.values() for g in by_range[name]] for name in args_ranges(ranges)
+            name: [g for by_range in played.values() for g in by_range[name]] for name in next(iter(played.values()))
         }
     result: dict[str, Any] = {"command": command_of(__file__, argv), "runs": {}}
     for run, by_range in played.items():

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 from harness import command_of, experiment_parser, user_error
-from seat_probe import iteration_range, played_games
+from seat_probe import add_iteration_ranges, iteration_range, played_games
 
 from spy_env.heldout import bootstrap
 from spy_env.io import refuse_existing_outputs, write_text
@@ -81,10 +81,7 @@ def likeness(games: list[dict[str, Any]]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = experiment_parser(__doc__, None, "JSON file to write", overrides=False)
     p.add_argument("run", help="a training run folder that kept its buffers (buffers/iter_NNNNN.parquet)")
-    p.add_argument(
-        "--iterations", action="append", required=True,
-        help="A-B: a range of iterations (1-based) measured together (repeatable: one result per range)",
-    )  # fmt: skip
+    add_iteration_ranges(p)
     args = p.parse_args(argv)
     try:
         ranges = [iteration_range(text) for text in args.iterations]
