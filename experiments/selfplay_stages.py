@@ -54,7 +54,9 @@ accuracies say whether it did).
 ``--probe N`` plays N iterations' training games with the starting model and trains nothing: how often its
 votes and each rule find the spy among its own performances, and, for every spy text, the votes its own
 voters, heuristic detectors in the same game and spy-v1's detectors in spy-v1's scene of the same copy put
-on it, with each signal's within-setup correlation with spy-v1's (``experiments/spy_signal.py``).
+on it, with each signal's within-setup correlation with spy-v1's (``experiments/spy_signal.py``), and whether its
+votes find a spy whose text names a number more often than one whose text names none (``spy_numbers``, as
+``experiments/spy_numbers.py`` reads a kept run).
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import command_of, experiment_parser, user_error
+from spy_numbers import games_of, numbers
 from spy_signal import alignment, spy_signals
 from training_rules import rule_table
 
@@ -216,6 +219,7 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
     out["mean_performance_tokens"] = sum(tokens) / len(tokens)
     signals = spy_signals(rows, config.game)  # the spy's texts under its own votes and spy-v1's detectors
     out["spy_signal"] = {**alignment(signals), "texts_scored": signals}
+    out["spy_numbers"] = numbers(games_of(rows, "the probe"))  # do its votes find a spy that names numbers more?
     return out
 
 

@@ -11,7 +11,13 @@ question, per range of iterations, first round, per game (``run.keep_buffers``):
   performance's ``votes_received``), over the games whose spy text names a number / names none;
 - ``votes_difference``: with minus without, its interval from the two groups resampled apart. Above 0: the
   run's voters find a spy that names numbers more often, so its performing reward pushes the spy towards the
-  texts spy-v1's detectors catch.
+  texts spy-v1's detectors catch;
+- ``expected_with_numbers`` / ``expected_without_numbers`` / ``expected_difference``: the same with the votes'
+  expectation (each voter's recorded probability on the spy's seat, summed: the ``perform_reward=expected``
+  reward's votes), less noisy than the votes as cast.
+
+``experiments/selfplay_stages.py --probe`` reports the same measures of its games (``games_of``), a screen of
+a starting model and vote prompt before any training.
 
 The games with and without numbers are different games (documents, copies, seats), so the difference is a
 correlation on the run's games, not an effect measured on one setup. Intervals resample games. Given several runs,
@@ -24,7 +30,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,28 +42,40 @@ from agents.scripted import numbers_in
 from spy_env.heldout import Interval, bootstrap, percentile_interval, resample_counts
 from spy_env.io import refuse_existing_outputs, write_text
 from spy_env.stage import Stage
+from trainers.perform_rewards import expected_votes_received
 
 
 def spy_games(run: Path, first: int, last: int) -> list[dict[str, Any]]:
-    """Per first-round game of iterations ``first..last``: whether the spy's text and each civilian's name a
-    number, and the votes the spy's text received."""
+    """Per first-round game of iterations ``first..last`` of a kept run: :func:`games_of` each iteration's rows."""
+    return [
+        game for iteration in range(first, last + 1)
+        for game in games_of(kept_rows(run, iteration), f"{run}, iteration {iteration}")
+    ]  # fmt: skip
+
+
+def games_of(rows: Iterable[dict[str, Any]], where: str = "the rows") -> list[dict[str, Any]]:
+    """Per first-round game of ``rows`` (one iteration's, or a probe's): whether the spy's text and each civilian's
+    name a number, the votes the spy's text received as cast (``votes``) and their expectation over the voters'
+    recorded choice probabilities (``expected_votes``, the ``perform_reward=expected`` reward's votes)."""
+    played: dict[Any, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row["round"] == 0:
+            played.setdefault((row["run_id"], row["game_id"]), []).append(row)
     games = []
-    for iteration in range(first, last + 1):
-        performances: dict[Any, list[dict[str, Any]]] = {}
-        for row in kept_rows(run, iteration):
-            if row["round"] == 0 and row["stage"] == Stage.PERFORM:
-                performances.setdefault(row["game_id"], []).append(row)
-        for rows in performances.values():
-            spy = [r for r in rows if r["role"] == "spy"]
-            if len(spy) != 1:
-                raise ValueError(f"{run}, iteration {iteration}: a game without exactly one spy performance")
-            games.append(
-                {
-                    "spy_numbers": float(bool(numbers_in(spy[0]["completion"] or ""))),
-                    "civilian_numbers": [float(bool(numbers_in(r["completion"] or ""))) for r in rows if r is not spy[0]],
-                    "votes": float(spy[0]["votes_received"]),
-                }
-            )  # fmt: skip
+    for members in played.values():
+        performances = [r for r in members if r["stage"] == Stage.PERFORM]
+        spy = [r for r in performances if r["role"] == "spy"]
+        if len(spy) != 1:
+            raise ValueError(f"{where}: a game without exactly one spy performance")
+        votes = [r for r in members if r["stage"] == Stage.VOTE]
+        games.append(
+            {
+                "spy_numbers": float(bool(numbers_in(spy[0]["completion"] or ""))),
+                "civilian_numbers": [float(bool(numbers_in(r["completion"] or ""))) for r in performances if r is not spy[0]],
+                "votes": float(spy[0]["votes_received"]),
+                "expected_votes": expected_votes_received(votes, len(performances))[int(spy[0]["spy_seat"])],
+            }
+        )  # fmt: skip
     return games
 
 
@@ -78,16 +96,18 @@ def difference(with_: Sequence[float], without: Sequence[float], *, resamples: i
 
 def numbers(games: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The module docstring's measures over ``games``."""
-    named = [g["votes"] for g in games if g["spy_numbers"]]
-    unnamed = [g["votes"] for g in games if not g["spy_numbers"]]
-    return {
+    out: dict[str, Any] = {
         "games": len(games),
         "spy_numbers": bootstrap([g["spy_numbers"] for g in games]).to_dict(),
         "civilian_numbers": bootstrap([float(np.mean(g["civilian_numbers"])) for g in games]).to_dict(),
-        "votes_with_numbers": bootstrap(named).to_dict(),
-        "votes_without_numbers": bootstrap(unnamed).to_dict(),
-        "votes_difference": difference(named, unnamed).to_dict(),
     }
+    for measure, prefix in (("votes", "votes"), ("expected_votes", "expected")):
+        named = [g[measure] for g in games if g["spy_numbers"]]
+        unnamed = [g[measure] for g in games if not g["spy_numbers"]]
+        out[f"{prefix}_with_numbers"] = bootstrap(named).to_dict()
+        out[f"{prefix}_without_numbers"] = bootstrap(unnamed).to_dict()
+        out[f"{prefix}_difference"] = difference(named, unnamed).to_dict()
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,11 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     for run, by_range in played.items():
         result["runs"][run] = {name: numbers(games) for name, games in by_range.items()}
         for name, row in result["runs"][run].items():
-            d = row["votes_difference"]
+            d, e = row["votes_difference"], row["expected_difference"]
             print(
                 f"{run} {name}: spy names a number {row['spy_numbers']['mean']:.2f} "
                 f"(civilians {row['civilian_numbers']['mean']:.2f}); votes on the spy with − without numbers "
-                f"{d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]",
+                f"{d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}], expected {e['mean']:+.2f} "
+                f"[{e['low']:+.2f}, {e['high']:+.2f}]",
                 flush=True,
             )
     write_text(Path(args.out), json.dumps(result, indent=1) + "\n")

@@ -172,6 +172,14 @@ def test_selfplay_probe_plays_training_games_without_training(tmp_path):
     signal = probe["spy_signal"]  # the spy's one text, scored by its own voters and by spy-v1's detectors
     assert signal["setups"] == signal["texts"] == len(signal["texts_scored"]) == 1
     assert 0 <= signal["texts_scored"][0]["spy_v1"] <= 2 and 0 <= signal["texts_scored"][0]["self_expected"] <= 2
+    numbers = probe["spy_numbers"]  # the same game read for numbers: its one spy's expected votes as spy_signal's
+    assert numbers["games"] == 1
+    (expected,) = [
+        numbers[f"expected_{group}"]
+        for group in ("with_numbers", "without_numbers")
+        if numbers[f"expected_{group}"]["n"]
+    ]
+    assert expected["mean"] == pytest.approx(signal["texts_scored"][0]["self_expected"])
     assert not (tmp_path / "selfplay_stages.json").exists() and not (tmp_path / "runs").exists()
 
 

@@ -37,6 +37,11 @@ def test_each_game_is_read_from_the_spys_performance_row(spy_numbers, kept_runs,
     assert [g["votes"] for g in games] == [float(r["votes_received"]) for r in spies]
     assert [g["spy_numbers"] for g in games] == [float(bool(numbers_in(r["completion"]))) for r in spies]
     assert all(len(g["civilian_numbers"]) == 4 for g in games)
+    for game, spy in zip(games, spies, strict=True):  # the voters' recorded probabilities on the spy's seat, summed
+        votes = [r for r in rows if r["stage"] == "vote" and r["round"] == 0 and r["game_id"] == spy["game_id"]]
+        assert len(votes) == 5 and all(len(r["vote_probs"]) for r in votes)
+        assert game["expected_votes"] == pytest.approx(sum(r["vote_probs"][spy["spy_seat"]] for r in votes))
+        assert 0.0 <= game["expected_votes"] <= 4.0
     out = tmp_path / "numbers.json"
     assert spy_numbers.main([*map(str, kept_runs), "--iterations", "1-1", "--out", str(out)]) == 0
     result = json.loads(out.read_text(encoding="utf-8"))["runs"]
@@ -47,14 +52,16 @@ def test_each_game_is_read_from_the_spys_performance_row(spy_numbers, kept_runs,
 
 def test_the_votes_difference_is_with_numbers_minus_without(spy_numbers):
     games = [
-        {"spy_numbers": 1.0, "civilian_numbers": [1.0, 0.0], "votes": 3.0},
-        {"spy_numbers": 1.0, "civilian_numbers": [1.0, 1.0], "votes": 2.0},
-        {"spy_numbers": 0.0, "civilian_numbers": [0.0, 0.0], "votes": 0.0},
+        {"spy_numbers": 1.0, "civilian_numbers": [1.0, 0.0], "votes": 3.0, "expected_votes": 2.5},
+        {"spy_numbers": 1.0, "civilian_numbers": [1.0, 1.0], "votes": 2.0, "expected_votes": 1.5},
+        {"spy_numbers": 0.0, "civilian_numbers": [0.0, 0.0], "votes": 0.0, "expected_votes": 0.5},
     ]
     row = spy_numbers.numbers(games)
     assert row["spy_numbers"]["mean"] == pytest.approx(2 / 3) and row["civilian_numbers"]["mean"] == pytest.approx(0.5)
     assert row["votes_with_numbers"]["mean"] == 2.5 and row["votes_without_numbers"]["mean"] == 0.0
     assert row["votes_difference"]["mean"] == 2.5 and row["votes_difference"]["low"] >= 2.0
+    assert row["expected_with_numbers"]["mean"] == 2.0 and row["expected_without_numbers"]["mean"] == 0.5
+    assert row["expected_difference"]["mean"] == 1.5 and row["expected_difference"]["high"] <= 2.0
     empty = spy_numbers.numbers(games[:2])["votes_difference"]  # no game without numbers: no difference
     assert empty["mean"] != empty["mean"]  # NaN
 
