@@ -12,7 +12,7 @@ from spy_env.heldout import paired_difference
 from tests.helpers import experiment_module
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMITTED = ROOT / "docs" / "experiment" / "selfplay" / "attempt23"
+COMMITTED = [ROOT / "docs" / "experiment" / "selfplay" / attempt for attempt in ("attempt23", "attempt24")]
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +88,8 @@ def test_references_pair_each_seed_with_its_own(seed_pool, tmp_path):
 
 def test_committed_pools_are_the_committed_leaderboard_files(seed_pool, tmp_path):
     """Each committed pool is what the script makes from the leaderboard files it names."""
-    pools = sorted(COMMITTED.glob("pool_*.json"))
-    assert pools
+    pools = sorted(path for folder in COMMITTED for path in folder.glob("pool_*.json"))
+    assert {path.parent.name for path in pools} == {"attempt23", "attempt24"}
     for path in pools:
         committed = json.loads(path.read_text(encoding="utf-8"))
         out = tmp_path / path.name
