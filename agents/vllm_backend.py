@@ -41,7 +41,7 @@ from agents.decoding import (
 )
 from agents.registry import register_backend, some_argument
 from agents.sampling import SamplingParams
-from agents.vllm_settings import DEFAULT_MAX_MODEL_LEN, engine_kwargs, import_vllm
+from agents.vllm_settings import DEFAULT_MAX_MODEL_LEN, check_model, engine_kwargs, import_vllm
 from spy_env.parsing import last_boxed
 from spy_env.policy import Action, Observation
 
@@ -145,6 +145,7 @@ class VLLMPolicy:
         extra.setdefault("enable_prefix_caching", share_prefix)
         extra.setdefault("seed", self.sampling.seed if self.sampling.seed is not None else 0)
         self.engine_kwargs = engine_kwargs(dtype=dtype, max_model_len=max_model_len, kv_cache_gib=kv_cache_gib, **extra)
+        check_model(model)
         self.llm = vllm.LLM(model=model, **self.engine_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self._requests = 0

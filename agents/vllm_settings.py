@@ -30,6 +30,7 @@ from typing import Any
 __all__ = [
     "DEFAULT_CPU_KV_CACHE_GIB",
     "DEFAULT_MAX_MODEL_LEN",
+    "check_model",
     "engine_defaults",
     "engine_kwargs",
     "import_vllm",
@@ -120,3 +121,25 @@ def engine_defaults(module: Any, **defaults: Any) -> Iterator[None]:
         yield
     finally:
         module.LLM = original
+
+
+def check_model(model: str, *, cpu: bool | None = None) -> None:
+    """Refuse, before an engine starts, a local model vLLM's CPU attention cannot run (its head size is
+    checked only at the first forward pass, inside the engine's process). Hub ids are not read."""
+    import json
+    from pathlib import Path
+
+    config_file = Path(model).expanduser() / "config.json"
+    if not config_file.is_file() or not (on_cpu() if cpu is None else cpu):
+        return
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    heads = config.get("num_attention_heads") or 1
+    head_dim = config.get("head_dim") or config.get("hidden_size", 0) // heads
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    supported = CPUAttentionBackend.get_supported_head_sizes()
+    if head_dim not in supported:
+        raise ValueError(
+            f"vLLM's CPU attention runs head sizes {supported}; the model in {model} has {head_dim} "
+            "(a tiny test model: agents.tiny.build_tiny_model(path, num_heads=2) has 32)"
+        )

