@@ -21,7 +21,10 @@ voter gets its own legal seats:
   that runs out without one is continued by a second request that writes ``\\n\\n\\boxed{`` and an
   answer (:func:`~agents.decoding.boxed_answer_regex`), as ``hf`` forces it.
 
-vLLM does not say which tokens a pattern forced, so actions carry no ``completion_mask``.
+A shaped reply's log-probabilities are the model's own (one more prefill of prompt + reply,
+:meth:`VLLMPolicy._score`), as the ``hf`` backend records them; its ``completion_mask`` marks as
+forced the tokens that ``hf`` forces: a vote's ``<vote>`` and ``</vote>``, a forced ending's
+``\\n\\n\\boxed{`` and closing braces.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from agents.decoding import (
     boxed_answer_regex,
     boxed_body_regex,
     is_vote,
+    vote_choices,
 )
 from agents.registry import register_backend, some_argument
 from agents.sampling import SamplingParams
@@ -62,16 +66,25 @@ def plan_request(
     """The request of one observation's reply under ``decoding``.
 
     ``answer_reserve`` is the tokens a forced boxed ending may need (:meth:`AnswerProgram.reserved`);
-    a boxed body gets the rest of ``max_new_tokens``, as in the ``hf`` backend.
+    a boxed body gets the rest of ``max_new_tokens``, as in the ``hf`` backend. A shaped vote gets at
+    least a token per character its pattern allows, so it is never cut before its tag closes
+    (its reasoning is bounded in characters, not tokens).
 
     >>> vote = {"stage": 1, "vote_targets": [True, False, True]}
     >>> plan_request(vote, DecodingOptions("constrained"), 64, 20)
     Request(max_tokens=64, regex='<vote>(?:1|3)</vote>')
+    >>> plan_request(vote, DecodingOptions("think-then-vote", think_tokens=8), 16, 20).max_tokens
+    46
     >>> plan_request({"stage": 0}, DecodingOptions(answer="boxed"), 64, 20).max_tokens
     44
     """
     if is_vote(observation):
-        return Request(max_new_tokens, decoding.vote_pattern([observation]))
+        pattern = decoding.vote_pattern([observation])
+        if pattern is None:
+            return Request(max_new_tokens)
+        reasoning = CHARS_PER_TOKEN * decoding.think_tokens if decoding.vote_mode == "think-then-vote" else 0
+        longest = max(len(f"<vote>{choice}</vote>") for choice in vote_choices(observation, decoding.offers_abstain))
+        return Request(max(max_new_tokens, reasoning + longest), pattern)
     if decoding.answer != "boxed":
         return Request(max_new_tokens)
     budget = max_new_tokens - answer_reserve
@@ -151,7 +164,24 @@ class VLLMPolicy:
         self._requests = 0
 
     def act(self, observations: Sequence[Observation]) -> list[Action]:
+        """Replies to ``observations``; a prompt that leaves no room in the engine's context forfeits alone
+        (vLLM would refuse the whole batch)."""
         prompts = [encode_observation(self.tokenizer, obs, **self.chat_template_kwargs) for obs in observations]
+        limit = self.llm.llm_engine.model_config.max_model_len
+        fits = [i for i, prompt in enumerate(prompts) if len(prompt) < limit]
+        actions = [
+            Action.forfeit(
+                f"prompt of {len(prompt)} tokens leaves no room in the engine's context of {limit} (raise max_model_len)"
+            )
+            for prompt in prompts
+        ]
+        for i, action in zip(fits, self._act([observations[i] for i in fits], [prompts[i] for i in fits]), strict=True):
+            actions[i] = action
+        return actions
+
+    def _act(self, observations: Sequence[Observation], prompts: list[list[int]]) -> list[Action]:
+        if not observations:
+            return []
         reserve = self._answer_reserve() if self.decoding.answer == "boxed" else 0
         requests = [plan_request(obs, self.decoding, self.sampling.max_new_tokens, reserve) for obs in observations]
         replies = self._generate(prompts, requests)
@@ -160,15 +190,31 @@ class VLLMPolicy:
             for i, (obs, reply) in enumerate(zip(observations, replies, strict=True))
             if reserve and not is_vote(obs) and reply.finish_reason == "length" and last_boxed(reply.text) is None
         ]
+        forced: dict[int, list[tuple[int, int]]] = {}  # reply -> character spans hf would force
+        for i, obs in enumerate(observations):
+            if is_vote(obs) and requests[i].regex is not None:  # the tag around the choice
+                opener, closer = replies[i].text.rfind("<vote>"), replies[i].text.rfind("</vote>")
+                forced[i] = [(opener, opener + len("<vote>")), (closer, closer + len("</vote>"))]
         if unanswered:  # the body ran out without an answer: write one, as hf forces it
             closers = self._closer_tokens * AnswerProgram.MAX_CLOSERS
             ending = Request(reserve - closers, boxed_answer_regex(CHARS_PER_TOKEN * self.decoding.answer_tokens))
+            for i in unanswered:
+                forced[i] = [(len(replies[i].text), len(replies[i].text) + len("\n\n\\boxed{"))]
             self._continue(prompts, replies, unanswered, lambda reply: ending)
         # an answer that ran out too (a character budget, not a token one) is closed as hf closes it
         unclosed = [i for i in unanswered if last_boxed(replies[i].text) is None and open_braces(replies[i].text)]
         if unclosed:
             closers = self._closer_tokens * AnswerProgram.MAX_CLOSERS
+            for i in unclosed:
+                forced[i].append((len(replies[i].text), len(replies[i].text) + open_braces(replies[i].text)))
             self._continue(prompts, replies, unclosed, lambda reply: Request(closers, r"\}" * open_braces(reply.text)))
+        masks: list[list[int] | None] = [None] * len(replies)
+        shaped = [i for i, request in enumerate(requests) if request.regex is not None and replies[i].token_ids]
+        if shaped and all(replies[i].logprobs is not None for i in shaped):
+            scored = self._score([prompts[i] for i in shaped], [replies[i].token_ids for i in shaped])
+            for i, raw in zip(shaped, scored, strict=True):
+                masks[i] = self._mask(replies[i].token_ids, forced.get(i, []))
+                replies[i] = _Reply(replies[i].token_ids, raw, replies[i].text, replies[i].finish_reason)
         return [
             Action(
                 text=reply.text,
@@ -176,8 +222,40 @@ class VLLMPolicy:
                 completion_token_ids=reply.token_ids,
                 logprobs=reply.logprobs,
                 finish_reason=reply.finish_reason,
+                completion_mask=mask,
             )
-            for prompt, reply in zip(prompts, replies, strict=True)
+            for prompt, reply, mask in zip(prompts, replies, masks, strict=True)
+        ]
+
+    def _mask(self, token_ids: list[int], spans: list[tuple[int, int]]) -> list[int]:
+        """0 for each token whose characters all lie in ``spans`` (text the pattern forced), and for the
+        end-of-sequence after them (the pattern allowed nothing else); else 1."""
+        ends = [len(self.tokenizer.decode(token_ids[: k + 1], skip_special_tokens=True)) for k in range(len(token_ids))]
+        starts = [0, *ends[:-1]]
+        mask = [
+            0 if end > start and any(a <= start and end <= b for a, b in spans) else 1
+            for start, end in zip(starts, ends, strict=True)
+        ]
+        if spans and ends and ends[-1] == starts[-1] and ends[-1] == max(b for _, b in spans):
+            mask[-1] = 0
+        return mask
+
+    def _score(self, prompts: list[list[int]], completions: list[list[int]]) -> list[list[float]]:
+        """The model's own log-probabilities of ``completions`` (temperature 1, no pattern applied).
+
+        vLLM reports a shaped reply's log-probabilities after its pattern's mask (a forced token: 0.0,
+        a vote's seat: renormalised over the legal seats); the ``hf`` backend records the model's,
+        with forced tokens masked out of training. One prefill of prompt + reply gives them.
+        """
+        vllm = import_vllm()
+        from vllm.inputs import TokensPrompt
+
+        joined = [p + c for p, c in zip(prompts, completions, strict=True)]
+        params = vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0)  # one throwaway token
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in joined], params, use_tqdm=False)
+        return [
+            [float(out.prompt_logprobs[t][ids[t]].logprob) for t in range(len(prompt), len(ids))]
+            for out, ids, prompt in zip(outputs, joined, prompts, strict=True)
         ]
 
     def _continue(
@@ -215,6 +293,12 @@ class VLLMPolicy:
             params.append(vllm.SamplingParams(**kwargs))
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
         return [_reply(output.outputs[0]) for output in outputs]
+
+    def close(self) -> None:
+        """Stop the engine's processes now (otherwise they stop when the policy is collected)."""
+        core = getattr(self.llm.llm_engine, "engine_core", None)
+        if core is not None:
+            core.shutdown()
 
     # ----------------------------------------------- rollout policy (spy_env.policy.RolloutPolicy)
     def restart_sampling(self, seed: int | None) -> None:

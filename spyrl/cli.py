@@ -997,6 +997,7 @@ def quiet_libraries() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # read by vLLM's engine processes too
     libraries = "|".join(LIBRARIES)
     for category in (DeprecationWarning, FutureWarning, UserWarning):
         warnings.filterwarnings("ignore", category=category, module=rf"({libraries})(\.|$)")

