@@ -49,7 +49,16 @@ from agents.vllm_settings import DEFAULT_MAX_MODEL_LEN, check_model, engine_kwar
 from spy_env.parsing import last_boxed
 from spy_env.policy import Action, Observation
 
-__all__ = ["Request", "VLLMPolicy", "load_vllm", "open_braces", "plan_request", "sampling_kwargs"]
+__all__ = [
+    "Request",
+    "VLLMPolicy",
+    "forced_mask",
+    "load_vllm",
+    "open_braces",
+    "plan_request",
+    "sampling_kwargs",
+    "vote_tag_spans",
+]
 
 
 @dataclass(frozen=True)
@@ -193,8 +202,7 @@ class VLLMPolicy:
         forced: dict[int, list[tuple[int, int]]] = {}  # reply -> character spans hf would force
         for i, obs in enumerate(observations):
             if is_vote(obs) and requests[i].regex is not None:  # the tag around the choice
-                opener, closer = replies[i].text.rfind("<vote>"), replies[i].text.rfind("</vote>")
-                forced[i] = [(opener, opener + len("<vote>")), (closer, closer + len("</vote>"))]
+                forced[i] = vote_tag_spans(replies[i].text)
         if unanswered:  # the body ran out without an answer: write one, as hf forces it
             closers = self._closer_tokens * AnswerProgram.MAX_CLOSERS
             ending = Request(reserve - closers, boxed_answer_regex(CHARS_PER_TOKEN * self.decoding.answer_tokens))
@@ -213,7 +221,7 @@ class VLLMPolicy:
         if shaped and all(replies[i].logprobs is not None for i in shaped):
             scored = self._score([prompts[i] for i in shaped], [replies[i].token_ids for i in shaped])
             for i, raw in zip(shaped, scored, strict=True):
-                masks[i] = self._mask(replies[i].token_ids, forced.get(i, []))
+                masks[i] = forced_mask(self.tokenizer, replies[i].token_ids, forced.get(i, []))
                 replies[i] = _Reply(replies[i].token_ids, raw, replies[i].text, replies[i].finish_reason)
         return [
             Action(
@@ -226,19 +234,6 @@ class VLLMPolicy:
             )
             for prompt, reply, mask in zip(prompts, replies, masks, strict=True)
         ]
-
-    def _mask(self, token_ids: list[int], spans: list[tuple[int, int]]) -> list[int]:
-        """0 for each token whose characters all lie in ``spans`` (text the pattern forced), and for the
-        end-of-sequence after them (the pattern allowed nothing else); else 1."""
-        ends = [len(self.tokenizer.decode(token_ids[: k + 1], skip_special_tokens=True)) for k in range(len(token_ids))]
-        starts = [0, *ends[:-1]]
-        mask = [
-            0 if end > start and any(a <= start and end <= b for a, b in spans) else 1
-            for start, end in zip(starts, ends, strict=True)
-        ]
-        if spans and ends and ends[-1] == starts[-1] and ends[-1] == max(b for _, b in spans):
-            mask[-1] = 0
-        return mask
 
     def _score(self, prompts: list[list[int]], completions: list[list[int]]) -> list[list[float]]:
         """The model's own log-probabilities of ``completions`` (temperature 1, no pattern applied).
@@ -320,6 +315,31 @@ def _reply(completion: Any) -> _Reply:
     if completion.logprobs is not None:
         logprobs = [float(step[tok].logprob) for step, tok in zip(completion.logprobs, token_ids, strict=True)]
     return _Reply(token_ids, logprobs, completion.text, completion.finish_reason or "")
+
+
+def vote_tag_spans(text: str) -> list[tuple[int, int]]:
+    """The character spans of the last ``<vote>`` and ``</vote>`` in ``text`` (what a vote pattern forces).
+
+    >>> vote_tag_spans("hmm<vote>2</vote>")
+    [(3, 9), (10, 17)]
+    """
+    opener, closer = text.rfind("<vote>"), text.rfind("</vote>")
+    return [(opener, opener + len("<vote>")), (closer, closer + len("</vote>"))] if 0 <= opener < closer else []
+
+
+def forced_mask(tokenizer: Any, token_ids: Sequence[int], spans: Sequence[tuple[int, int]]) -> list[int]:
+    """0 for each token whose characters all lie in ``spans`` (text a pattern forced) and for the
+    end-of-sequence right after them (the pattern allowed nothing else); else 1: the ``hf``
+    backend's ``completion_mask`` for a reply vLLM shaped."""
+    ends = [len(tokenizer.decode(list(token_ids[: k + 1]), skip_special_tokens=True)) for k in range(len(token_ids))]
+    starts = [0, *ends[:-1]]
+    mask = [
+        0 if end > start and any(a <= start and end <= b for a, b in spans) else 1
+        for start, end in zip(starts, ends, strict=True)
+    ]
+    if spans and ends and ends[-1] == starts[-1] and ends[-1] == max(b for _, b in spans):
+        mask[-1] = 0
+    return mask
 
 
 def open_braces(text: str) -> int:

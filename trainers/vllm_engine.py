@@ -15,7 +15,8 @@ records out, prompts encoded with the same chat template as the ``hf`` backend, 
 votes shaped through vLLM's structured outputs (:meth:`agents.decoding.DecodingOptions.vote_pattern`):
 ``constrained`` is the bare ``<vote>k</vote>``; ``think-then-vote`` allows ``4 × think_tokens``
 characters of reasoning without ``<`` before it (a character budget: structured outputs cannot
-count tokens). vLLM does not say which tokens the pattern forced, so every token is scored.
+count tokens). vLLM does not say which tokens the pattern forced; the tag's tokens get the ``hf``
+backend's ``completion_mask`` (:func:`agents.vllm_backend.forced_mask`), so only the chosen ones train.
 
 TRL's class builds its ``vllm.LLM`` without a dtype or a KV cache size; :func:`make_vllm_generation`
 supplies them (:func:`agents.vllm_settings.engine_defaults`): the engine runs in the trained model's
@@ -26,8 +27,11 @@ dtype, so a synced engine holds exactly the trainer's weights, and on a CPU with
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from agents.decoding import DecodingOptions
@@ -39,8 +43,10 @@ if TYPE_CHECKING:
 __all__ = [
     "VLLMRolloutPolicy",
     "actions_from_generation",
+    "fit_cpu_sync",
     "make_vllm_generation",
     "reload_cpu_engine",
+    "trl_engine_defaults",
     "vllm_generation_kwargs",
     "vllm_rollout_policy",
 ]
@@ -135,6 +141,14 @@ class VLLMRolloutPolicy:
             set(self.encoder.eos_ids),
             self.engine.max_completion_length,
         )
+        if self.engine.structured_outputs_regex is not None:  # votes: the tag's tokens were forced, as in hf
+            from agents.vllm_backend import forced_mask, vote_tag_spans
+
+            tokenizer = self.encoder.tokenizer
+            actions = [
+                replace(a, completion_mask=forced_mask(tokenizer, a.completion_token_ids, vote_tag_spans(a.text)))
+                for a in actions
+            ]
         for i in too_long:
             self.stats["too_long"] += 1
             actions[i] = Action.forfeit(
@@ -180,6 +194,34 @@ def reload_cpu_engine(engine: Any) -> None:
         if isinstance(module, ParallelLMHead) and hasattr(module, "cpu_linear"):
             dispatch_cpu_unquantized_gemm(module, remove_weight=False)
     engine.llm.reset_prefix_cache()
+
+
+@contextlib.contextmanager
+def trl_engine_defaults(dtype: Any = "fast", kv_cache_gib: float | None = None) -> Iterator[None]:
+    """Around the construction of a TRL trainer with ``use_vllm=True``: its colocated engine is built in
+    ``dtype`` with this device's KV cache and, on a CPU, eagerly (TRL passes none of these)::
+
+        with trl_engine_defaults(dtype="float32"):
+            trainer = GRPOTrainer(model, rewards, GRPOConfig(..., use_vllm=True, vllm_mode="colocate"), ...)
+        fit_cpu_sync(trainer.vllm_generation)
+    """
+    import trl.generation.vllm_generation as trl_vllm
+
+    from agents.vllm_settings import engine_defaults, engine_kwargs
+
+    defaults = engine_kwargs(dtype=dtype, max_model_len=None, kv_cache_gib=kv_cache_gib, seeded=False)
+    with engine_defaults(trl_vllm, **defaults):
+        yield
+
+
+def fit_cpu_sync(generation: Any) -> Any:
+    """A TRL ``VLLMGeneration`` whose ``sync_weights`` works on a colocated CPU engine
+    (:func:`reload_cpu_engine`); unchanged elsewhere. Returns it."""
+    from agents.vllm_settings import on_cpu
+
+    if generation.mode == "colocate" and on_cpu():
+        generation.sync_weights = functools.partial(reload_cpu_engine, generation)
+    return generation
 
 
 def vllm_generation_kwargs(
@@ -228,7 +270,9 @@ def make_vllm_generation(
     defaults = {}
     if kwargs["mode"] == "colocate":
         check_model(model_path)
-        defaults = engine_kwargs(dtype=model.dtype, max_model_len=None, kv_cache_gib=rollout.vllm_kv_cache_gib)
+        defaults = engine_kwargs(
+            dtype=model.dtype, max_model_len=None, kv_cache_gib=rollout.vllm_kv_cache_gib, seeded=False
+        )
     with engine_defaults(trl_vllm, **defaults):
         return trl_vllm.VLLMGeneration(**kwargs)
 

@@ -228,12 +228,14 @@ def _parse(prompt: Any, n_players: int) -> tuple[int, int, str]:
 
 
 class _Generator:
-    """Samples from the trainer's current model (eval mode, no gradient), with its chat template."""
+    """Samples from the trainer's current model (eval mode, no gradient), with its chat template; through
+    the trainer's vLLM engine when it has one (``use_vllm=True``: TRL syncs its weights before the rollout)."""
 
     def __init__(self, trainer: Any, temperature: float) -> None:
         self.model = trainer.accelerator.unwrap_model(trainer.model)
         self.tokenizer = trainer.processing_class
         self.temperature = temperature
+        self.engine = getattr(trainer, "vllm_generation", None) if getattr(trainer, "use_vllm", False) else None
 
     def sample(self, conversations: list[list[dict[str, str]]], max_new_tokens: int, prefill: str):
         """Per conversation: prompt ids (prefill included), completion ids (up to EOS) and text."""
@@ -248,6 +250,9 @@ class _Generator:
             else:
                 text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
             prompts.append(tok(text, add_special_tokens=False)["input_ids"])
+        if self.engine is not None:
+            completions = self._engine_sample(prompts, max_new_tokens)
+            return prompts, completions, tok.batch_decode(completions, skip_special_tokens=True)
         width = max(len(p) for p in prompts)
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         device = next(self.model.parameters()).device
@@ -274,6 +279,17 @@ class _Generator:
             completions.append(row)
         texts = tok.batch_decode(completions, skip_special_tokens=True)
         return prompts, completions, texts
+
+    def _engine_sample(self, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+        """TRL's ``VLLMGeneration.generate`` with this call's budget and temperature."""
+        engine = self.engine
+        saved = engine.max_completion_length, engine.temperature
+        engine.max_completion_length, engine.temperature = max_new_tokens, self.temperature
+        try:
+            _, completions, _, _ = engine.generate(prompts, None, 1)
+        finally:
+            engine.max_completion_length, engine.temperature = saved
+        return [[int(t) for t in c] for c in completions]
 
 
 class _TrainerPolicy:
