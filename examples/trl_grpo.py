@@ -49,7 +49,9 @@ def main() -> None:
     dataset = selfplay_dataset(game, num_games=args.steps, stages=("vote",))  # each civilian seat's vote in game g
     rollout = SelfPlayRollout(game, perform_tokens=48, vote_tokens=6)  # votes start with "<vote>" already written
     if args.vllm:
-        config.update(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=2048)
+        # the engine holds the trained weights exactly only in the model's own dtype: float32 on a CPU
+        config.update(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=2048, bf16=False)
+        config.update(model_init_kwargs={"dtype": "float32"})
         with trl_engine_defaults(dtype="float32"):
             trainer = GRPOTrainer(model, rewards, GRPOConfig("runs/trl-grpo", **config), dataset, rollout_func=rollout)
         fit_cpu_sync(trainer.vllm_generation)

@@ -425,14 +425,16 @@ def test_grpo_trainer_trains_with_its_colocated_vllm_engine_kept_in_sync(vllm_ti
 
     from spy_env import GameConfig
     from spyrl.integrations.trl import SelfPlayRollout, selfplay_dataset, selfplay_reward
+    from tests.conftest import free_port
     from trainers.vllm_engine import fit_cpu_sync, trl_engine_defaults
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))  # a colocated engine's process group, one per test
     game = GameConfig(n_players=3, max_document_chars=300)
     config = GRPOConfig(
         "runs/trl-grpo", per_device_train_batch_size=4, num_generations=4, max_completion_length=6, max_steps=2,
         learning_rate=1e-2, use_cpu=True, report_to=[], save_strategy="no", seed=0, use_vllm=True,
-        vllm_mode="colocate", vllm_max_model_length=4096,
+        vllm_mode="colocate", vllm_max_model_length=4096, bf16=False, model_init_kwargs={"dtype": "float32"},
     )  # fmt: skip
     rollout = SelfPlayRollout(game, perform_tokens=16, vote_tokens=6)
     sampled = []
@@ -442,22 +444,31 @@ def test_grpo_trainer_trains_with_its_colocated_vllm_engine_kept_in_sync(vllm_ti
     engine = fit_cpu_sync(trainer.vllm_generation)
     generate = engine.generate
     monkeypatch.setattr(engine, "generate", lambda *a, **k: sampled.append(len(a[0])) or generate(*a, **k))
-    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
     assert sampled and sum(sampled) >= 2 * 4  # every group's completions came from the engine
-    moved = max((p.detach() - before[n]).abs().max().item() for n, p in trainer.model.named_parameters())
-    assert moved > 0
-    engine.sync_weights()  # what TRL does before the next rollout
+    assert trainer.state.global_step == 2
     tok = trainer.processing_class
     prompt = tok.encode("Which player received the degraded copy?", add_special_tokens=False)
     completion = tok.encode(" <vote>2</vote>", add_special_tokens=False)
-    from vllm import SamplingParams
-
     ids = prompt + completion
-    [out] = engine.llm.generate([{"prompt_token_ids": ids}], SamplingParams(max_tokens=1, prompt_logprobs=0,
-                                                                             temperature=0.0), use_tqdm=False)  # fmt: skip
-    engine_lp = torch.tensor([out.prompt_logprobs[t][ids[t]].logprob for t in range(len(prompt), len(ids))])
-    with torch.no_grad():
-        logits = trainer.model(torch.tensor([ids])).logits[0].float()
-    model_lp = torch.log_softmax(logits, -1)[torch.arange(len(prompt) - 1, len(ids) - 1), torch.tensor(completion)]
-    assert engine_lp == pytest.approx(model_lp, abs=1e-4)
+
+    def engine_logprobs():
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0)
+        [out] = engine.llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)
+        return torch.tensor([out.prompt_logprobs[t][ids[t]].logprob for t in range(len(prompt), len(ids))])
+
+    def model_logprobs():
+        with torch.no_grad():
+            logits = trainer.model(torch.tensor([ids])).logits[0].float()
+        rows = torch.arange(len(prompt) - 1, len(ids) - 1)
+        return torch.log_softmax(logits, -1)[rows, torch.tensor(completion)]
+
+    with torch.no_grad():  # weights an update could write, pushed as TRL pushes them before each rollout
+        for p in trainer.model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    stale = engine_logprobs()
+    engine.sync_weights()
+    assert engine_logprobs() == pytest.approx(model_logprobs(), abs=1e-4)
+    assert (engine_logprobs() - stale).abs().max() > 1e-2

@@ -175,12 +175,14 @@ def _model_logprobs(model, prompt: list[int], completion: list[int]) -> torch.Te
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_colocated_engine_follows_the_trainer_after_each_update_and_after_resume(tmp_path, vllm_tiny_dir):
+def test_colocated_engine_follows_the_trainer_after_each_update_and_after_resume(tmp_path, vllm_tiny_dir, monkeypatch):
     """Synced: the engine's log-probabilities equal the trainer model's within 1e-4 (float32; measured
     1e-6) at the start, after each update and after a resume; the update moved them."""
     pytest.importorskip("vllm")
+    from tests.conftest import free_port
     from trainers.grpo import SpyRLTrainer
 
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))  # a colocated engine's process group, one per test
     config = _config(tmp_path, generation="vllm-colocate", name_or_path=str(vllm_tiny_dir), learning_rate=1e-2,
                      keep_buffers=True)  # fmt: skip
     trainer = SpyRLTrainer(config)
@@ -203,7 +205,7 @@ def test_colocated_engine_follows_the_trainer_after_each_update_and_after_resume
     assert all(r["completion_token_ids"] and len(r["logprobs"]) == len(r["completion_token_ids"]) for r in buffer)
     for row in (r for r in buffer if r["stage"] == "vote"):  # the tag forced, the seat chosen (hf's mask)
         chosen = [t for t, m in zip(row["completion_token_ids"], row["completion_mask"], strict=True) if m]
-        assert trainer.tokenizer.decode(chosen) == str(row["vote"] + 1), row["completion"]
+        assert trainer.tokenizer.decode(chosen) == re.fullmatch(r"<vote>(\d)</vote>", row["completion"]).group(1)
     # the behaviour log-probabilities of a rollout's free performance are the engine's (synced: the model's)
     performance = next(r for r in trainer.rollouts() if r["stage"] == "perform")
     temperature = config.decoding.temperature

@@ -180,17 +180,20 @@ class SelfPlayRollout:
             prefill = VOTE_PREFILL if stage == "vote" and self.prefill_vote else ""
             tokens = min(budget, self.perform_tokens) if stage == "perform" else budget
             ids, outs, texts = gen.sample([chat_messages(observation)] * len(members), tokens, prefill)
+            sampled_logprobs = gen.logprobs if gen.engine is not None else None
             voters = _TrainerPolicy(gen, self.vote_tokens, self.prefill_vote)
             detectors = (lambda s, v=voters: v) if stage == "perform" else None
             texts = [prefill + t for t in texts]
             scored = replay_rewards(self.config, [row] * len(members), texts, Stage.of(stage), detectors)
             for k, i in enumerate(members):
                 out["prompt_ids"][i], out["completion_ids"][i] = ids[k], outs[k]
+                if sampled_logprobs is not None:
+                    out.setdefault("logprobs", [None] * n)[i] = sampled_logprobs[k]
                 out["selfplay_reward"][i], out["selfplay_text"][i] = scored[k]["reward"], texts[k]
                 out["selfplay_game"][i] = {**row, "stage": stage}
                 if stage == "vote":
                     out["selfplay_caught"][i] = scored[k]["reward_components"]["detect"]
-        out["logprobs"] = None
+        out.setdefault("logprobs", None)  # sampled with the engine: its log-probabilities; else TRL computes them
         return out
 
     def _play_to(self, gen: _Generator, game_seed: int, seat: int, stage: Stage):
@@ -236,6 +239,7 @@ class _Generator:
         self.tokenizer = trainer.processing_class
         self.temperature = temperature
         self.engine = getattr(trainer, "vllm_generation", None) if getattr(trainer, "use_vllm", False) else None
+        self.logprobs: list[list[float]] | None = None  # the engine's, of the last sample
 
     def sample(self, conversations: list[list[dict[str, str]]], max_new_tokens: int, prefill: str):
         """Per conversation: prompt ids (prefill included), completion ids (up to EOS) and text."""
@@ -251,7 +255,7 @@ class _Generator:
                 text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
             prompts.append(tok(text, add_special_tokens=False)["input_ids"])
         if self.engine is not None:
-            completions = self._engine_sample(prompts, max_new_tokens)
+            completions, self.logprobs = self._engine_sample(prompts, max_new_tokens)
             return prompts, completions, tok.batch_decode(completions, skip_special_tokens=True)
         width = max(len(p) for p in prompts)
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
@@ -280,16 +284,18 @@ class _Generator:
         texts = tok.batch_decode(completions, skip_special_tokens=True)
         return prompts, completions, texts
 
-    def _engine_sample(self, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-        """TRL's ``VLLMGeneration.generate`` with this call's budget and temperature."""
+    def _engine_sample(self, prompts: list[list[int]], max_new_tokens: int) -> tuple[list[list[int]], list]:
+        """TRL's ``VLLMGeneration.generate`` with this call's budget and temperature: completions and the
+        engine's per-token log-probabilities (TRL's importance-sampling correction reads them)."""
         engine = self.engine
         saved = engine.max_completion_length, engine.temperature
         engine.max_completion_length, engine.temperature = max_new_tokens, self.temperature
         try:
-            _, completions, _, _ = engine.generate(prompts, None, 1)
+            _, completions, logprobs, _ = engine.generate(prompts, None, 1)
         finally:
             engine.max_completion_length, engine.temperature = saved
-        return [[int(t) for t in c] for c in completions]
+        per_token = [[step[0] for step in row] for row in logprobs] if logprobs is not None else None
+        return [[int(t) for t in c] for c in completions], per_token
 
 
 class _TrainerPolicy:
