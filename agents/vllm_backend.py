@@ -148,9 +148,6 @@ class VLLMPolicy:
         name: str | None = None,
         decoding: DecodingOptions | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
-        dtype: Any = "fast",
-        max_model_len: int | None = DEFAULT_MAX_MODEL_LEN,
-        kv_cache_gib: float | None = None,
         batch_size: int | None = None,
         share_prefix: bool = True,
         **extra: Any,
@@ -166,7 +163,8 @@ class VLLMPolicy:
             extra.setdefault("max_num_seqs", batch_size)
         extra.setdefault("enable_prefix_caching", share_prefix)
         extra.setdefault("seed", self.sampling.seed if self.sampling.seed is not None else 0)
-        self.engine_kwargs = engine_kwargs(dtype=dtype, max_model_len=max_model_len, kv_cache_gib=kv_cache_gib, **extra)
+        extra.setdefault("max_model_len", DEFAULT_MAX_MODEL_LEN)
+        self.engine_kwargs = engine_kwargs(**extra)  # dtype, max_model_len, kv_cache_gib: per-device defaults
         check_model(model)
         self.llm = vllm.LLM(model=model, **self.engine_kwargs)
         self.tokenizer = self.llm.get_tokenizer()

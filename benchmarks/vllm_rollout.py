@@ -124,6 +124,20 @@ def one(kind: str, rows: list[int], train_games: int) -> dict[str, float]:
     return out
 
 
+def copy_bandwidth() -> float:
+    """GB/s of copying a 512 MB float32 tensor (read + write), best of 5: benchmarks/roofline.py's measure."""
+    import torch
+
+    src = torch.empty(128 * 2**20, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    best = float("inf")
+    for _ in range(6):
+        start = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - start)
+    return 2 * src.numel() * 4 / best / 1e9
+
+
 def weight_bytes() -> int:
     from agents import smollm2
 
@@ -144,11 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.one:
         print("RESULT " + json.dumps(one(args.one, args.rows, args.train_games)), flush=True)
         return 0
-    sys.path.insert(0, os.path.dirname(__file__))
     import torch
-    from roofline import machine
 
-    _, bandwidth = machine(torch.float32)
+    bandwidth = copy_bandwidth()
     cpuinfo = Path("/proc/cpuinfo")
     flags = set(cpuinfo.read_text().split()) if cpuinfo.exists() else set()
     shown = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]

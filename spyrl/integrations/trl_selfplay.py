@@ -238,7 +238,7 @@ class _Generator:
         self.model = trainer.accelerator.unwrap_model(trainer.model)
         self.tokenizer = trainer.processing_class
         self.temperature = temperature
-        self.engine = getattr(trainer, "vllm_generation", None) if getattr(trainer, "use_vllm", False) else None
+        self.engine = trainer.vllm_generation if trainer.args.use_vllm else None
         self.logprobs: list[list[float]] | None = None  # the engine's, of the last sample
 
     def sample(self, conversations: list[list[dict[str, str]]], max_new_tokens: int, prefill: str):
