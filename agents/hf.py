@@ -394,7 +394,7 @@ class HFPolicy:
         """Nothing to push: this policy generates with the trained model itself."""
 
 
-def _missing_folder(argument: str) -> str | None:
+def _missing_folder(argument: str, backend: str = "hf") -> str | None:
     """A path that looks local must be a model folder: a folder holding ``config.json`` or a
     ``.gguf`` file (anything else is a hub id, resolved on load). ``hf:/etc`` is named as what it
     is, not as transformers' complaint about a missing tokenizer library."""
@@ -404,10 +404,10 @@ def _missing_folder(argument: str) -> str | None:
         return None
     folder = Path(argument).expanduser()
     if not folder.is_dir():
-        return f"agent spec {'hf:' + argument!r}: model folder {argument!r} does not exist"
+        return f"agent spec {backend + ':' + argument!r}: model folder {argument!r} does not exist"
     if not (folder / "config.json").is_file() and not any(folder.glob("*.gguf")):
         return (
-            f"agent spec {'hf:' + argument!r}: {argument!r} is not a model folder (it holds no config.json "
+            f"agent spec {backend + ':' + argument!r}: {argument!r} is not a model folder (it holds no config.json "
             "or .gguf file)"
         )
     return None

@@ -43,6 +43,7 @@ from agents.decoding import (
     is_vote,
     vote_choices,
 )
+from agents.hf import _missing_folder
 from agents.registry import register_backend, some_argument
 from agents.sampling import SamplingParams
 from agents.vllm_settings import DEFAULT_MAX_MODEL_LEN, check_model, engine_kwargs, import_vllm
@@ -371,6 +372,7 @@ def _joined(body: _Reply, ending: _Reply) -> _Reply:
     llm=True,
     decoding=True,
     loading_note=" (starting a vLLM engine, about 30 s on a CPU)",
+    check=lambda argument: None if argument == "smollm2" else _missing_folder(argument, "vllm"),
 )
 def load_vllm(argument: str, *, sampling: SamplingParams, **kwargs: Any) -> VLLMPolicy:
     """``vllm:ID``: a :class:`VLLMPolicy` over the model ``ID`` (a hub id or a folder); ``vllm:smollm2``
