@@ -117,6 +117,12 @@ def sentence_spans(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(spans)
 
 
+@functools.lru_cache(maxsize=4096)
+def _irrelevant(text: str) -> tuple[bool, ...]:
+    """For each sentence of ``text``: whether it holds no number or LaTeX (``mask_spans`` takes those last)."""
+    return tuple(_RELEVANT.search(text, a, b) is None for a, b in sentence_spans(text))
+
+
 def _remove(text: str, chosen: Sequence[tuple[int, int]], placeholder: str, name: str) -> Degraded:
     """Replace the chosen spans (merged when adjacent) by ``placeholder``."""
     merged: list[list[int]] = []
@@ -146,10 +152,10 @@ def mask_spans(text: str, rng: np.random.Generator, ctx: DegradeContext) -> Degr
     sentences = sentence_spans(text)
     if not sentences:
         return Degraded(text, (), "mask_spans")
-    order = list(rng.permutation(len(sentences)))
+    order = rng.permutation(len(sentences)).tolist()
     if ctx.relevant_first:
         # Stable sort keeps the random order within each class.
-        order.sort(key=lambda i: _RELEVANT.search(text, *sentences[i]) is None)
+        order.sort(key=_irrelevant(text).__getitem__)
     target = ctx.ratio * sum(b - a for a, b in sentences)
     chosen, removed = [], 0
     for i in order:

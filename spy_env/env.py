@@ -154,6 +154,9 @@ class GameHost:
         self.reset_options: dict[str, Any] = {}
         self._obs_cache: dict[int, dict[str, Any]] = {}
         self._obs_key: tuple[int, Stage] | None = None
+        # every voter reads the same laid-out performances and system turn: made once, keyed by their inputs
+        self._layout: tuple[tuple[str | None, ...], str] = ((), "")
+        self._system: tuple[str | None, str] = (None, "")
         self._observation_spaces: dict[str, spaces.Space] = {}
         self._action_spaces: dict[str, spaces.Space] = {}
         self.stages_played = 0  # stages resolved in the current game: PettingZoo's cycles
@@ -275,13 +278,12 @@ class GameHost:
         if voting:
             shown = game.shown_performances()
             targets[game.legal_targets(seat)] = 1
-            fields["performances"] = format_performances(shown)
+            fields["performances"] = self._laid_out(shown)
             fields["own_performance"] = defuse_tags(shown[seat] or "")
             fields["legal_votes"] = ", ".join(str(s + 1) for s in game.legal_targets(seat))
         prompt = self.templates[stage.value].format(**fields)
-        system = self.templates["system"].format(n_players=n, task=self.task.instruction)
         return {
-            "system": system[:8_192],
+            "system": self._system_turn(),
             "prompt": prompt[: self.max_prompt_chars],
             "copy": game.views[seat],
             "performances": tuple(p or "" for p in shown),
@@ -291,6 +293,19 @@ class GameHost:
             "vote_targets": targets,
             "alive": np.asarray(game.alive, dtype=np.int8),
         }
+
+    def _laid_out(self, shown: list[str | None]) -> str:
+        key = tuple(shown)
+        if self._layout[0] != key:
+            self._layout = (key, format_performances(shown))
+        return self._layout[1]
+
+    def _system_turn(self) -> str:
+        instruction = self.task.instruction
+        if self._system[0] != instruction:
+            text = self.templates["system"].format(n_players=self.config.n_players, task=instruction)
+            self._system = (instruction, text[:8_192])
+        return self._system[1]
 
     def step_seat(self, seat: int, action: Any) -> RoundResult | None:
         game = self.game

@@ -145,19 +145,20 @@ class Game:
         """Submit ``seat``'s action for the current stage; returns the result if the round ended."""
         if self.stage is Stage.DONE:
             raise RuntimeError("the game is over; reset to play again")
-        if seat not in self.pending():
-            raise ValueError(f"seat {seat} cannot act now (pending: {self.pending()})")
+        pending = self.pending()
+        if seat not in pending:
+            raise ValueError(f"seat {seat} cannot act now (pending: {pending})")
         violations: list[str] = []
         if not isinstance(action, str):
             violations.append("non_text_action")
             action = ""
         if self.stage is Stage.PERFORM:
             self.current.performances[seat] = self._performance(seat, action, violations)
-            if not self.pending():
+            if len(pending) == 1:  # this seat was the last to perform
                 self.stage = Stage.VOTE
             return None
         self.current.votes[seat] = self._vote(seat, action, violations)
-        if self.pending():
+        if len(pending) > 1:
             return None
         return self._resolve()
 

@@ -7,6 +7,7 @@ Model output is game input. Every function here takes any string and returns a v
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 __all__ = [
@@ -177,8 +178,12 @@ def vote_reasoning(text: str) -> str:
 
 def shingles(text: str, k: int) -> frozenset[int]:
     """Hashes of every run of ``k`` consecutive whitespace-separated words of ``text``."""
-    words = text.split()
-    return frozenset(hash(tuple(words[i : i + k])) for i in range(len(words) - k + 1))
+    return frozenset(map(hash, _runs(text.split(), k)))
+
+
+def _runs(words: list[str], k: int) -> Iterator[tuple[str, ...]]:
+    """Every run of ``k`` consecutive ``words`` as a tuple, built in C (``zip`` of shifted lists)."""
+    return zip(*(words[i:] for i in range(k)), strict=False)  # the shorter tails end it
 
 
 def copied_run(text: str, source_shingles: frozenset[int], k: int) -> bool:
@@ -190,5 +195,4 @@ def copied_run(text: str, source_shingles: frozenset[int], k: int) -> bool:
     """
     if not source_shingles:
         return False
-    words = text.split()
-    return any(hash(tuple(words[i : i + k])) in source_shingles for i in range(len(words) - k + 1))
+    return not source_shingles.isdisjoint(map(hash, _runs(text.split(), k)))

@@ -22,6 +22,7 @@ only share less.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 
@@ -122,12 +123,41 @@ def validate_templates(templates: Mapping[str, str]) -> None:
 # a performance tag as a reader sees it, once invisible characters are dropped and case folded:
 # "</ Performance>", "</perf\u200bormance>", "<\u3164/performance", "<PERFORMANCE ...>"
 _TAG = re.compile(r"</?performance")
+# the same on ASCII text, read in place: what visible_skeleton drops of ASCII (whitespace, controls)
+# may stand between any two characters of the tag
+_ASCII_SKIP = r"[\x00-\x20\x7f]*"
+_ASCII_TAG = re.compile(
+    f"<{_ASCII_SKIP}(?:/{_ASCII_SKIP})?" + _ASCII_SKIP.join("performance"), re.IGNORECASE | re.ASCII
+)
 
 
 def defuse_tags(text: str) -> str:
-    """Replace the ``<`` of anything that reads as a ``performance`` tag with ``&lt;``."""
+    """Replace the ``<`` of anything that reads as a ``performance`` tag with ``&lt;``.
+
+    An observation lays out every performance again, so this runs once per performance per
+    observation: ASCII text (most of it) is matched in place by one regular expression, other text
+    through its :func:`~spy_env.display.visible_skeleton`, remembered for the texts seen last.
+
+    >>> defuse_tags("a </ PERF\u200bormance> b < 3")
+    'a &lt;/ PERF\u200bormance> b < 3'
+    """
+    if text.isascii():
+        return _defused(text, [m.start() for m in _ASCII_TAG.finditer(text)])
+    return _defuse_unicode(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _defuse_unicode(text: str) -> str:
+    return _defused(text, tag_starts(text))
+
+
+def tag_starts(text: str) -> list[int]:
+    """Where, in ``text``, each thing that reads as a ``performance`` tag starts (the general path)."""
     skeleton, origin = visible_skeleton(text)
-    starts = [origin[m.start()] for m in _TAG.finditer(skeleton)]
+    return [origin[m.start()] for m in _TAG.finditer(skeleton)]
+
+
+def _defused(text: str, starts: list[int]) -> str:
     if not starts:
         return text
     pieces, last = [], 0
