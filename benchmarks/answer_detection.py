@@ -10,6 +10,7 @@ tokenizer), check they agree at every token, and print the time of each and thei
 
     python benchmarks/answer_detection.py                  # a 4,096-token body
     python benchmarks/answer_detection.py --tokens 1024
+    python benchmarks/answer_detection.py --smoke    # a 256-token body: checks the path, not the speed
 """
 
 from __future__ import annotations
@@ -69,10 +70,13 @@ def run(cls, tok, ids: list[int]) -> tuple[float, list[bool]]:
     return time.perf_counter() - start, seen
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=4096)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="a 256-token body")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.tokens = 256
     name, tok = tokenizer()
     ids = body(tok, args.tokens)
     old, old_seen = run(EveryToken, tok, ids)

@@ -7,12 +7,14 @@ The runner side additionally renders prompts, applies the chat template, records
 logprobs and steps the games. The two are timed alternately in one process; the script prints
 generated tokens/s of both and their ratio (runner / raw).
 
-    python benchmarks/rollout_overhead.py [--games 2] [--max-new-tokens 48] [--reps 2]
+    python benchmarks/rollout_overhead.py [--games 2] [--max-new-tokens 48] [--reps 2] [--model smollm2]
+    python benchmarks/rollout_overhead.py --smoke   # a tiny random model, one short game: checks the path
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 
 import torch
@@ -50,18 +52,28 @@ def raw_generate(policy, prompts: list[list[int]], call_index: int) -> int:
     return tokens
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--games", type=int, default=2)
     parser.add_argument("--players", type=int, default=5)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--model", default="smollm2", help="smollm2, tiny (a random model built here) or a model folder"
+    )
+    parser.add_argument("--smoke", action="store_true", help="the tiny model, one 3-player game, 8 tokens, one rep")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.model, args.games, args.players, args.max_new_tokens, args.reps = "tiny", 1, 3, 8, 1
+    from agents.models import resolve_model_path
+
+    model = resolve_model_path(args.model, tiny_dir=tempfile.mkdtemp(prefix="rollout-overhead-"))
+    spec = "smollm2" if args.model == "smollm2" else f"hf:{model}"
 
     batch = args.games * args.players  # one chunk per stage, as a GRPO rollout would batch it
     sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=args.seed)
-    policy = agents.load("smollm2", sampling=sampling, batch_size=batch, dtype="float32", device="cpu")
+    policy = agents.load(spec, sampling=sampling, batch_size=batch, dtype="float32", device="cpu")
     config = GameConfig(n_players=args.players)
 
     # Warm-up outside the timings: first-call allocations and kernel selection.

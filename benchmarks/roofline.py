@@ -12,7 +12,8 @@ Measures, in one run on this machine:
 - decode: one step for 5 rows over a ``--context``-token cache reserved as :class:`agents.hf.HFPolicy`
   decodes (memory-bound in principle: compared with the bytes it must read at the measured bandwidth).
 
-    python benchmarks/roofline.py [--context 1000] [--steps 20]
+    python benchmarks/roofline.py [--context 1000] [--steps 20] [--model smollm2]
+    python benchmarks/roofline.py --smoke   # a tiny random model, small measures: checks the path, not the speed
 """
 
 from __future__ import annotations
@@ -35,11 +36,11 @@ def best_seconds(fn, repeats: int = 5) -> float:
     return min(times)
 
 
-def machine(dtype: torch.dtype) -> tuple[float, float]:
-    """(peak matmul GFLOP/s, copy bandwidth GB/s) in ``dtype``."""
-    a, b = torch.randn(2048, 2048).to(dtype), torch.randn(2048, 2048).to(dtype)
-    flops = 2 * 2048**3 / best_seconds(lambda: a @ b)
-    src = torch.empty(128 * 2**20, dtype=torch.float32)
+def machine(dtype: torch.dtype, size: int = 2048, copy_mb: int = 512) -> tuple[float, float]:
+    """(peak matmul GFLOP/s, copy bandwidth GB/s) in ``dtype``: a ``size``³ matmul, a ``copy_mb`` copy."""
+    a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
+    flops = 2 * size**3 / best_seconds(lambda: a @ b)
+    src = torch.empty(copy_mb * 2**18, dtype=torch.float32)
     dst = torch.empty_like(src)
     bandwidth = 2 * src.numel() * 4 / best_seconds(lambda: dst.copy_(src))  # read + write
     return flops / 1e9, bandwidth / 1e9
@@ -65,13 +66,14 @@ def measure(path: str, dtype: torch.dtype, context: int, steps: int) -> dict[str
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
     rows = 5
-    ids = torch.randint(100, 10_000, (rows, context))
+    low, high = min(100, model.config.vocab_size // 2), min(10_000, model.config.vocab_size)  # ordinary tokens
+    ids = torch.randint(low, high, (rows, context))
     with torch.inference_mode():
         prefill = best_seconds(lambda: model(input_ids=ids), repeats=2)
         cache = output_cache(model(input_ids=ids, use_cache=True))
         for layer in cache.layers:
             reserve(layer, context + steps)  # as HFPolicy decodes: appending in place
-        token = torch.randint(100, 10_000, (rows, 1))
+        token = torch.randint(low, high, (rows, 1))
         step_times = []
         for _ in range(steps):
             start = time.perf_counter()
@@ -89,19 +91,25 @@ def measure(path: str, dtype: torch.dtype, context: int, steps: int) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
+    import tempfile
     import warnings
 
-    from agents import smollm2
+    from agents.models import resolve_model_path
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--context", type=int, default=1000)
     p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--model", default="smollm2", help="smollm2, tiny (a random model built here) or a model folder")
+    p.add_argument("--smoke", action="store_true", help="the tiny model, a 64-token context, small machine measures")
     args = p.parse_args(argv)
+    if args.smoke:
+        args.model, args.context, args.steps = "tiny", 64, 3
+    size, copy_mb = (256, 16) if args.smoke else (2048, 512)
     warnings.filterwarnings("ignore", category=FutureWarning)
-    path = str(smollm2.converted_path())
+    path = resolve_model_path(args.model, tiny_dir=tempfile.mkdtemp(prefix="roofline-"))
     print(f"{torch.get_num_threads()} threads; batch of 5 rows, {args.context}-token context")
     for dtype in (torch.float32, torch.bfloat16):
-        peak, bandwidth = machine(dtype)
+        peak, bandwidth = machine(dtype, size, copy_mb)
         m = measure(path, dtype, args.context, args.steps)
         name = str(dtype).removeprefix("torch.")
         print(

@@ -13,6 +13,7 @@ Prints both and the ratio iteration ÷ pure compute (goal ≤ 1.2). Run on a qui
 
     python benchmarks/smollm2_iteration.py
     python benchmarks/smollm2_iteration.py --set performer=heuristic --documents 8
+    python benchmarks/smollm2_iteration.py --smoke   # the preset on a tiny random model, one game: checks the path
 """
 
 from __future__ import annotations
@@ -47,25 +48,37 @@ def raw_generate(model, prompts, new_tokens: int, batch_size: int, pad_id: int) 
             )
 
 
-def main(argv: list[str] | None = None) -> int:
-    from trainers import SpyRLConfig, SpyRLTrainer
-    from trainers.logprobs import sequence_logps
+def smoke(args: argparse.Namespace, out: str) -> None:
+    """--smoke: the preset on a tiny random model (two heads of 32), one game, short replies."""
+    from agents.tiny import build_tiny_model
 
+    args.documents, args.games_per_document = 1, 1
+    tiny = build_tiny_model(f"{out}/tiny", hidden_size=64, num_layers=2, num_heads=2)
+    args.set = [f"model.name_or_path={tiny}", "model.train_top_layers=1", "decoding.max_completion_tokens=24",
+                "decoding.think_tokens=4", *args.set]  # fmt: skip
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--documents", type=int, default=4, help="documents per iteration")
     p.add_argument("--games-per-document", type=int, default=2)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="SpyRLConfig override")
-    args = p.parse_args(argv)
+    p.add_argument("--smoke", action="store_true", help="a tiny random model, one game, short replies")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from trainers import SpyRLConfig, SpyRLTrainer
+    from trainers.logprobs import sequence_logps
+
+    args = parse_args(argv)
     out = tempfile.mkdtemp(prefix="smollm2-iteration-")
+    if args.smoke:
+        smoke(args, out)
     config = SpyRLConfig.preset(
-        "smollm2-selfplay",
-        output_dir=out,
-        iterations=1,
-        documents_per_iteration=args.documents,
-        games_per_document=args.games_per_document,
-        progress=False,
-        keep_buffers=True,
-    ).with_overrides(args.set)
+        "smollm2-selfplay", output_dir=out, iterations=1, documents_per_iteration=args.documents,
+        games_per_document=args.games_per_document, progress=False, keep_buffers=True,
+    ).with_overrides(args.set)  # fmt: skip
     trainer = SpyRLTrainer(config)
     model, pad = trainer.unwrapped, trainer.pad_id
     with torch.inference_mode():  # warm-up, so neither side pays first-call costs

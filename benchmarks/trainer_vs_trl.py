@@ -11,6 +11,7 @@ per second of update time, alternately over ``--reps`` rounds; the script prints
 ratio (spyrl / trl).
 
     python benchmarks/trainer_vs_trl.py [--steps 8] [--reps 2]
+    python benchmarks/trainer_vs_trl.py --smoke    # one short round: checks the path, not the speed
 """
 
 from __future__ import annotations
@@ -94,11 +95,15 @@ def run_spyrl(model_path: str, out_dir: str, rows: list, args) -> tuple[float, i
     from trainers.grpo import SpyRLTrainer
 
     batch = args.micro * args.accumulation
-    config = SpyRLConfig.from_dict(dict(
-        model=model_path, output_dir=out_dir, device="cpu", dtype="float32", learning_rate=1e-5, beta=0.001,
-        epsilon=0.2, loss_type="grpo", mini_batch_size=batch, micro_batch_size=args.micro,
-        max_completion_tokens=args.completion_tokens, report_to=[], progress=False, seed=0,
-    ))  # fmt: skip
+    config = SpyRLConfig.from_dict(
+        {
+            "model": {"name_or_path": model_path, "device": "cpu", "dtype": "float32"},
+            "update": {"learning_rate": 1e-5, "mini_batch_size": batch, "micro_batch_size": args.micro},
+            "loss": {"beta": 0.001, "epsilon": 0.2, "loss_type": "grpo"},
+            "decoding": {"max_completion_tokens": args.completion_tokens},
+            "run": {"output_dir": out_dir, "report_to": [], "seed": 0, "progress": False},
+        }
+    )
     trainer = SpyRLTrainer(config)
     start = time.perf_counter()
     tokens = 0
@@ -108,7 +113,7 @@ def run_spyrl(model_path: str, out_dir: str, rows: list, args) -> tuple[float, i
     return time.perf_counter() - start, tokens
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=8, help="TRL optimizer steps")
     parser.add_argument("--micro", type=int, default=8)
@@ -116,7 +121,11 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=8)
     parser.add_argument("--completion-tokens", type=int, default=64)
     parser.add_argument("--reps", type=int, default=2)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="one round of 2 steps on a smaller batch")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.steps, args.micro, args.accumulation, args.generations, args.completion_tokens = 2, 4, 1, 4, 8
+        args.reps = 1
     torch.manual_seed(0)
 
     from agents.tiny import build_tiny_model

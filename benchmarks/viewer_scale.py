@@ -10,6 +10,7 @@ HTML parse, ``JSON.parse`` and the first 25 rows), the time of one filter change
 and of opening one game. The last line is the 10k/100 ratio measured side by side in one run.
 
     python benchmarks/viewer_scale.py [--games 10000] [--small 100] [--logprob-tokens 0] [--out DIR]
+    python benchmarks/viewer_scale.py --smoke   # 100 games vs 10, one load each: checks the path, not the scale
 """
 
 from __future__ import annotations
@@ -82,14 +83,17 @@ def measure(driver, page: Path) -> dict[str, float]:
             "load_s": load_s, "heap_mb": heap_mb}  # fmt: skip
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--games", type=int, default=10_000)
     parser.add_argument("--small", type=int, default=100)
     parser.add_argument("--logprob-tokens", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3, help="page loads per size (the median is reported)")
     parser.add_argument("--out", default=None, help="keep buffers and pages here (default: a temporary folder)")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="100 games vs 10, 4 log-probs an action, one load each")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.games, args.small, args.logprob_tokens, args.repeats = 100, 10, 4, 1
 
     from spyrl.viewer import write_page
 

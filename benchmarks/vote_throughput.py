@@ -21,6 +21,7 @@ measured in this run. Goal (issue #27): ≥ 2× ``forward-full`` at ≤ 4 GB pea
 
     python benchmarks/vote_throughput.py                          # forward-full, forward, forward-bf16
     python benchmarks/vote_throughput.py --paths forward-full,forward-ckpt,generate-4 --reps 1
+    python benchmarks/vote_throughput.py --smoke   # every path once, one iteration of a tiny random model
 """
 
 from __future__ import annotations
@@ -43,7 +44,12 @@ PATHS = {
 DEFAULT = ("forward-full", "forward", "forward-bf16")
 
 
-def measure(name: str, iterations: int, out: str) -> dict:
+# --smoke: the preset on a tiny random model (two heads of 32), one document, short replies
+SMOKE = {"documents_per_iteration": 1, "games_per_document": 2, "train_top_layers": 1, "max_completion_tokens": 24,
+         "think_tokens": 4}  # fmt: skip
+
+
+def measure(name: str, iterations: int, out: str, smoke: bool = False) -> dict:
     """One path in this process: iteration seconds, votes trained, peak RSS."""
     import resource
     import tempfile
@@ -55,9 +61,14 @@ def measure(name: str, iterations: int, out: str) -> dict:
 
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as tmp:
+        smoke_fields = {}
+        if smoke:
+            from agents.tiny import build_tiny_model
+
+            smoke_fields = {**SMOKE, "name_or_path": str(build_tiny_model(f"{tmp}/tiny", hidden_size=64, num_heads=2))}
         config = SpyRLConfig.preset(
             "smollm2-selfplay", performer="heuristic", output_dir=tmp, progress=False, keep_buffers=False,
-            iterations=iterations, checkpoint_every=10**6, vote_gradient="sampled", **PATHS[name],
+            iterations=iterations, checkpoint_every=10**6, vote_gradient="sampled", **PATHS[name], **smoke_fields,
         )  # fmt: skip
         trainer = SpyRLTrainer(config)
         seconds, votes = 0.0, 0
@@ -78,27 +89,33 @@ def measure(name: str, iterations: int, out: str) -> dict:
     return result
 
 
-def run_one(name: str, iterations: int) -> dict:
+def run_one(name: str, iterations: int, smoke: bool) -> dict:
     """Measure one path in a fresh process."""
     import tempfile
 
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         command = [sys.executable, __file__, "--one", name, "--iterations", str(iterations), "--result", f.name]
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        command += ["--smoke"] if smoke else []
+        proc = subprocess.run(command, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"path {name} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
         return json.loads(Path(f.name).read_text())
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--iterations", type=int, default=2)
     p.add_argument("--paths", default=",".join(DEFAULT), help=f"comma-separated among {list(PATHS)}")
     p.add_argument("--reps", type=int, default=3, help="runs of each path, interleaved")
     p.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure this path in this process
     p.add_argument("--result", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    p.add_argument("--smoke", action="store_true", help="every path once, one iteration, a tiny random model")
+    args = p.parse_args(argv)
     if args.one:
-        measure(args.one, args.iterations, args.result)
+        measure(args.one, args.iterations, args.result, args.smoke)
         return 0
+    if args.smoke:
+        args.iterations, args.paths, args.reps = 1, ",".join(PATHS), 1
     names = [x.strip() for x in args.paths.split(",") if x.strip()]
     unknown = sorted(set(names) - set(PATHS))
     if unknown:
@@ -106,7 +123,7 @@ def main() -> int:
     runs: dict[str, list[dict]] = {name: [] for name in names}
     for _ in range(args.reps):
         for name in names:
-            runs[name].append(run_one(name, args.iterations))
+            runs[name].append(run_one(name, args.iterations, args.smoke))
     rate = {name: statistics.median(r["votes"] / r["seconds"] * 60 for r in rs) for name, rs in runs.items()}
     for name, rs in runs.items():
         rates = [r["votes"] / r["seconds"] * 60 for r in rs]

@@ -131,8 +131,9 @@ def row_config(name: str, args: argparse.Namespace, *, start: bool = True) -> Sp
     model otherwise: the one every evaluation is paired with and whose votes are the fixed panel)."""
     overrides = {**BASE, **ROWS[name], "output_dir": str(Path(args.runs) / name), "iterations": args.iterations}
     overrides["game"] = {**GAME, **ROWS[name].get("game", {})}
-    if args.quick:
-        overrides.update(documents_per_iteration=1, max_completion_tokens=48, k_min=1)
+    if args.quick:  # the pipeline's structure, not its numbers: three seats, short replies
+        overrides.update(documents_per_iteration=1, max_completion_tokens=32, k_min=1)
+        overrides["game"]["n_players"] = 3
     config = SpyRLConfig.preset("smollm2-selfplay", **overrides).with_overrides(args.set)
     if start and args.init_model:
         config = config.with_overrides([f"model.name_or_path={args.init_model}"])

@@ -88,7 +88,7 @@ def row_config(name: str, args: argparse.Namespace, iterations: int) -> SpyRLCon
     overrides = {**ROWS[name], "performer": "heuristic", "output_dir": str(Path(args.runs) / name), "progress": False}
     overrides.update({"keep_buffers": False, "iterations": iterations, "game.prompts": VOTE_PROMPTS[args.vote_prompt]})
     if args.quick:
-        overrides.update(documents_per_iteration=2)
+        overrides.update(documents_per_iteration=1)
     return SpyRLConfig.preset("smollm2-selfplay", **overrides).with_overrides(args.set)
 
 
@@ -248,7 +248,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    defaults = {"iterations": 2, "eval_games": 3, "eval_every": 1, "default_games": 0} if args.quick else {}
+    defaults = {"iterations": 2, "eval_games": 2, "eval_every": 1, "default_games": 0} if args.quick else {}
     defaults = {"iterations": 20, "eval_games": 32, "eval_every": 10, "default_games": 6, **defaults}
     for name, value in defaults.items():
         if getattr(args, name) is None:

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
 from pathlib import Path
 
@@ -94,12 +95,16 @@ DOCS = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]
 
 
 def _repository_files() -> set[Path]:
-    skip = {".git", ".venv", "__pycache__", "runs", "build", "dist"}
-    return {
-        p.relative_to(ROOT)
-        for p in ROOT.rglob("*")
-        if p.is_file() and not skip & set(p.relative_to(ROOT).parts) and not p.parts[-2].endswith(".egg-info")
-    }
+    """The checkout's files, not walking into virtual environments (CI's are ``.venv-ci*``, gigabytes),
+    caches, outputs or build metadata."""
+    skip = {".git", "__pycache__", "runs", "build", "dist"}
+    found = set()
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [
+            d for d in dirs if d not in skip and not d.startswith((".venv", ".cache")) and not d.endswith(".egg-info")
+        ]
+        found |= {(Path(folder) / f).relative_to(ROOT) for f in files}
+    return found
 
 
 def _comments_and_docstrings(path: Path) -> list[tuple[int, str]]:

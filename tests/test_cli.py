@@ -90,18 +90,6 @@ def test_baselines_table():
     assert blank_heuristic.endswith("| `shortest` 1.000 |")
 
 
-def test_env_benchmark_runs():
-    proc = subprocess.run(
-        [sys.executable, "benchmarks/env_throughput.py", "--games", "30", "--c4-steps", "300"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "games/s" in proc.stdout and "ratio" in proc.stdout
-
-
 def test_tournament_command(tmp_path):
     out = spyrl(
         "tournament",
@@ -177,26 +165,6 @@ def test_play_shows_only_the_game_and_verbose_shows_the_libraries(tiny_model_dir
     assert [n for n in LIBRARY_NOISE if n in out] == [], out
     verbose = spyrl(*args, "--verbose", stderr=True)
     assert "The spy was Player" in verbose and "Loading weights" in verbose
-
-
-@pytest.mark.parametrize("script", ["quickstart.py", "custom_policy.py"])
-def test_examples_run(script):
-    proc = subprocess.run(
-        [sys.executable, f"examples/{script}"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "spy" in proc.stdout
-
-
-def test_gpu_examples_compile():
-    import py_compile
-
-    for script in ("vllm_games.py", "openai_server_games.py"):
-        py_compile.compile(str(ROOT / "examples" / script), doraise=True)
 
 
 def test_train_print_config_round_trips(tmp_path):

@@ -189,6 +189,14 @@ def test_the_typed_client_plays_the_same_game_with_typed_actions_observations_an
     assert results[-1].done and results[-1].observation.metadata["truth"] == local[-1][3]["truth"]
 
 
+def test_the_openenv_client_example_plays_a_served_seat(server):
+    """examples/openenv_client.py as its docstring says to run it, against ``spyrl serve`` on 127.0.0.1."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "openenv_client.py"
+    proc = subprocess.run([sys.executable, str(example), server], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "[perform]" in proc.stdout and "[vote]" in proc.stdout and "spy seat:" in proc.stdout
+
+
 def test_autoenv_discovers_the_installed_openenv_spyrl_package(tmp_path):
     """deploy/openenv installs `openenv-spyrl` (no module of its own, no top-level `server`); AutoEnv then
     finds `spyrl`, its manifest and the typed client."""

@@ -112,6 +112,16 @@ def test_one_episode_end_to_end_against_a_real_server(done_relay, tiny_model_dir
     assert sum(t.rewards["perform"].score for t in episode.traces) == pytest.approx(0.0, abs=1e-9)
 
 
+@pytest.mark.slow
+def test_the_verifiers_example_plays_an_episode(done_relay, tiny_model_dir, tmp_path):
+    """examples/verifiers_episode.py as its docstring says to run it, against a real server on 127.0.0.1."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "verifiers_episode.py"
+    proc = subprocess.run([sys.executable, str(example), done_relay, str(tiny_model_dir)], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "episode ok: True" in proc.stdout and proc.stdout.count("first reply:") == 4
+
+
 def _vf_validate(tmp_path, *args):
     """``vf-validate spyrl-game`` as a user runs it (verifiers' own CLI), its summary.json and result rows."""
     exe = shutil.which("vf-validate", path=str(Path(sys.executable).parent)) or shutil.which("vf-validate")

@@ -45,7 +45,8 @@ def test_an_installed_operator_is_a_choice_of_the_cli_and_named_in_the_rows(tmp_
     site = tmp_path / "site"
     _install(site, "loud_ops", "loud_ops", LOUD)
     out = tmp_path / "game.jsonl"
-    proc = _spyrl(site, "play", "--players", "3", "--degrade", "loud", "--seed", "1", "--out", str(out))
+    proc = _spyrl(site, "play", "--agent", "heuristic", "--players", "3", "--degrade", "loud", "--seed", "1",
+                  "--out", str(out))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert rows and {r["degrade"] for r in rows} == {"loud"}

@@ -1,6 +1,6 @@
 """GPU check: the trainer's GPU paths in one call (≤ 8 minutes on one GPU), with figures.
 
-Three phases, each printing completion tokens trained per second and peak GPU memory:
+Four phases, each printing completion tokens trained per second and peak GPU memory:
 
 1. ``bf16``: :class:`trainers.SpyRLTrainer` through its real loop (hf rollouts on the GPU,
    episode buffer, advantages, clipped updates with a reference model) in bfloat16: one
@@ -10,14 +10,17 @@ Three phases, each printing completion tokens trained per second and peak GPU me
    model and optimizer prepared by accelerate's FSDP, then the trainer's own log-prob and loss
    functions (``sequence_logps``, ``clipped_policy_loss``) update it on phase 1's vote rows.
    (Rollouts under FSDP need vLLM, ``generation=vllm-colocate``; this phase does not run vLLM.)
+4. ``vllm-colocate``: phase 1's loop with ``rollout.generation=vllm-colocate``: rollouts on a vLLM
+   engine in the trainer's process, its weights synced after every update (skipped without vLLM).
 
 The model defaults to a small random Llama built on the spot (no download); ``--model PATH`` takes
 any local causal LM folder. Without CUDA the script says so and exits with status 2;
-``--cpu-dry-run`` runs phases 1 and 2 on the CPU with a tiny model and phase 3 in-process without
-FSDP, to check the script itself.
+``--cpu-dry-run`` runs phases 1 and 2 on the CPU with a tiny model, phase 3 in-process without
+FSDP, and phase 4 on vLLM's CPU engine where vLLM is installed, to check the script itself.
 
     python tools/gpu_check.py [--model PATH] [--budget 480]
     python tools/gpu_check.py --cpu-dry-run
+    python tools/gpu_check.py --cpu-dry-run --phases vllm-colocate   # one phase (in a vLLM environment)
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from pathlib import Path
 from spy_env.io import read_json, write_text
 
 ROOT = Path(__file__).resolve().parents[1]
+PHASES = ("bf16", "checkpointing", "fsdp", "vllm-colocate")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -42,31 +46,46 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--budget", type=float, default=480.0, help="seconds for all phases together (≤ 480)")
     parser.add_argument("--cpu-dry-run", action="store_true", help="no GPU: check the script on the CPU")
     parser.add_argument("--out", default="", help="working folder (default: a temporary one)")
+    parser.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated among {', '.join(PHASES)}")
     parser.add_argument("--fsdp-worker", default="", help=argparse.SUPPRESS)  # JSON arguments of phase 3
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    unknown = sorted(set(args.phases) - set(PHASES))
+    if unknown or not args.phases:
+        parser.error(f"--phases: unknown {unknown}; choose among {', '.join(PHASES)}")
+    if "fsdp" in args.phases and "bf16" not in args.phases:
+        parser.error("--phases: fsdp trains on the bf16 phase's rows; name bf16 too")
+    return args
 
 
 def small_model(out: Path, cpu: bool) -> str:
     from agents.tiny import build_tiny_model
 
     if cpu:
-        return str(build_tiny_model(out / "tiny-64x2", hidden_size=64, num_layers=2, num_heads=4))
+        # two heads of 32: the smallest head vLLM's CPU attention runs (phase 4)
+        return str(build_tiny_model(out / "tiny-64x2", hidden_size=64, num_layers=2, num_heads=2))
     return str(build_tiny_model(out / "llama-512x8", hidden_size=512, num_layers=8, num_heads=8, vocab_size=1024))
 
 
-def trainer_config(model: str, out: Path, cpu: bool, **overrides):
+def trainer_config(model_path: str, out: Path, cpu: bool, **sections: dict):
+    """The phases' run, in the config's sections; ``sections`` update them (``model={...}``)."""
     from trainers.config import SpyRLConfig
 
-    values = dict(
-        model=model, output_dir=str(out), device="cpu" if cpu else "cuda", dtype="bfloat16",
-        documents_per_iteration=4 if cpu else 16, games_per_document=4, iterations=2,
-        stage_schedule="alternate", k_min=1, mini_batch_unit="documents", mini_batch_size=4 if cpu else 16,
-        micro_batch_size=8, learning_rate=1e-5, beta=0.001, kl_estimator="low_var_kl", loss_type="dapo",
-        max_prompt_tokens=4096, max_completion_tokens=16 if cpu else 64, generation_batch_size=64,
-        vote_mode="constrained", checkpoint_every=1000, keep_buffers=False, report_to=["jsonl"], progress=False,
-        game={"n_players": 3 if cpu else 5, "max_document_chars": 800 if cpu else 2000},
-    )  # fmt: skip
-    values.update(overrides)
+    values: dict[str, dict] = {
+        "game": {"n_players": 3 if cpu else 5, "max_document_chars": 800 if cpu else 2000},
+        "model": {"name_or_path": model_path, "device": "cpu" if cpu else "cuda", "dtype": "bfloat16"},
+        "rollout": {"documents_per_iteration": 2 if cpu else 16, "games_per_document": 2 if cpu else 4, "max_prompt_tokens": 4096,
+                    "generation_batch_size": 64},
+        "decoding": {"max_completion_tokens": 16 if cpu else 64, "vote_mode": "constrained"},
+        "update": {"mini_batch_unit": "documents", "mini_batch_size": 2 if cpu else 16, "micro_batch_size": 8,
+                   "learning_rate": 1e-5},
+        "loss": {"beta": 0.001, "kl_estimator": "low_var_kl", "loss_type": "dapo"},
+        "stages": {"stage_schedule": "alternate", "k_min": 1},
+        "run": {"output_dir": str(out), "iterations": 2, "checkpoint_every": 1000, "keep_buffers": False,
+                "report_to": ["jsonl"], "progress": False},
+    }  # fmt: skip
+    for name, fields in sections.items():
+        values[name] = {**values[name], **fields}
     return SpyRLConfig.from_dict(values)
 
 
@@ -81,7 +100,7 @@ def peak_memory_gb(reset: bool = False) -> float:
     return peak
 
 
-def run_loop(name: str, model: str, out: Path, cpu: bool, **overrides) -> tuple[dict, list[dict]]:
+def run_loop(name: str, model_path: str, out: Path, cpu: bool, **sections: dict) -> tuple[dict, list[dict]]:
     """Phases 1 and 2: two iterations of the real trainer; returns figures and the last vote rows."""
     import torch
 
@@ -89,7 +108,7 @@ def run_loop(name: str, model: str, out: Path, cpu: bool, **overrides) -> tuple[
 
     peak_memory_gb(reset=True)
     start = time.perf_counter()
-    trainer = SpyRLTrainer(trainer_config(model, out / name, cpu, **overrides))
+    trainer = SpyRLTrainer(trainer_config(model_path, out / name, cpu, **sections))
     figures: dict = {"phase": name, "stages": [], "optimizer_steps": 0, "update_tokens": 0, "update_seconds": 0.0}
     rollout_tokens_per_s = []
     for _ in range(trainer.config.run.iterations):
@@ -184,6 +203,43 @@ def run_fsdp(model: str, rows: list[dict], out: Path, cpu: bool, timeout: float)
     return read_json(spec["result"], "fsdp worker result")
 
 
+def run_vllm(model: str, out: Path, cpu: bool, deadline: float) -> list[dict]:
+    """Phase 4: the trainer's loop with its rollouts on a colocated vLLM engine kept in sync (float32 on a
+    CPU, whose engine would emulate bf16); skipped, saying why, without vLLM or time."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        print(
+            "skipping vllm-colocate: vLLM is not installed (pip install 'spyrl[vllm]'; CPU: tools/install_vllm_cpu.sh)"
+        )
+        return []
+    left = deadline - time.monotonic()
+    if left < 60:
+        print(f"skipping vllm-colocate: {left:.0f} s left of the budget")
+        return []
+    sections = {"rollout": {"generation": "vllm-colocate"}}
+    if cpu:
+        sections["model"] = {"dtype": "float32"}
+    return [run_loop("vllm-colocate", model, out, cpu, **sections)[0]]
+
+
+def run_phases(phases: list[str], model: str, out: Path, cpu: bool, deadline: float) -> list[dict]:
+    results, rows = [], []
+    if "bf16" in phases:
+        figures, rows = run_loop("bf16", model, out, cpu)
+        results.append(figures)
+    if "checkpointing" in phases:
+        results.append(run_loop("checkpointing", model, out, cpu, model={"gradient_checkpointing": True})[0])
+    left = deadline - time.monotonic()
+    if "fsdp" in phases and left < 30:
+        print(f"skipping fsdp: {left:.0f} s left of the budget")
+    elif "fsdp" in phases:
+        results.append(run_fsdp(model, rows, out, cpu, timeout=left))
+    if "vllm-colocate" in phases:
+        results += run_vllm(model, out, cpu, deadline)
+    return results
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.fsdp_worker:
@@ -208,15 +264,7 @@ def main(argv=None) -> int:
         model = args.model or small_model(out, cpu)
         if not cpu:
             print(f"GPU: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, model {model}")
-        results = []
-        figures, rows = run_loop("bf16", model, out, cpu)
-        results.append(figures)
-        results.append(run_loop("checkpointing", model, out, cpu, gradient_checkpointing=True)[0])
-        left = deadline - time.monotonic()
-        if left < 30:
-            print(f"skipping fsdp: {left:.0f} s left of the budget")
-        else:
-            results.append(run_fsdp(model, rows, out, cpu, timeout=left))
+        results = run_phases(args.phases, model, out, cpu, deadline)
     for r in results:
         print(
             f"{r['phase']:>14}: {r['update_tokens_per_s']:10.1f} update tokens/s"

@@ -8,6 +8,7 @@ touched), applies the substitution there, and runs the tests the row names (ever
 The unmutated copy runs every named test first: they must pass.
 
     python tools/mutants.py [--jobs 2] [--only SUBSTRING] [--markdown OUT.md]
+    python tools/mutants.py --only "the same order every epoch"   # one mutant (CI's smoke run)
 
 Exit status 0 when every mutant is killed, 1 otherwise.
 """
@@ -28,7 +29,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FIDELITY = ROOT / "docs" / "FIDELITY.md"
-IGNORED = shutil.ignore_patterns(".git", ".venv", "runs", "__pycache__", "*.egg-info", ".pytest_cache", ".ruff_cache")
+# not copied: git, virtual environments (CI's are .venv-ci*) and caches, run folders
+IGNORED = shutil.ignore_patterns(
+    ".git", ".venv*", ".cache*", "runs", "__pycache__", "*.egg-info", ".pytest_cache", ".ruff_cache"
+)
 
 
 @dataclass(frozen=True)
@@ -243,13 +247,13 @@ def try_mutant(mutant: Mutant, tests: list[str], timeout: int) -> tuple[str, flo
     return outcome, time.perf_counter() - start, last
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", default="", help="run only mutants whose row or name contains this")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per mutant's tests")
     parser.add_argument("--markdown", type=Path, help="also write the table to this file")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rows = named_tests()
     mutants = [x for x in MUTANTS if args.only in x.row or args.only in x.name]
     missing = sorted({x.row for x in mutants} - set(rows))
