@@ -1012,9 +1012,22 @@ def quiet_libraries() -> None:
         transformers_logging.disable_progress_bar()
 
 
+def _interruptible() -> None:
+    """SIGINT interrupts, even when the shell started the command in the background (``spyrl serve &``):
+    a shell ignores SIGINT in background jobs and Python then never raises KeyboardInterrupt, so
+    ``kill -INT`` ended the command with exit code 0 instead of 130. (A terminal's Ctrl-C reaches only
+    the foreground job, so this changes nothing for a background job at the terminal.)"""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a command. A user's mistake prints ``error: ...`` (one line) and returns 2; a bug keeps
     its traceback, and ``--debug`` shows the traceback of every error."""
+    if argv is None:  # the process's own command line
+        _interruptible()
     try:  # installed packages' operators, tasks and backends, before --degrade/--task read their choices
         load_plugins()
     except ImportError as e:

@@ -475,10 +475,13 @@ def test_training_into_a_folder_that_holds_a_run_is_refused(tmp_path, capsys):
     assert (run / "metrics.jsonl").read_text() == '{"iteration": 1}\n'
 
 
-def _spyrl_process(*args: str) -> subprocess.Popen:
+def _spyrl_process(*args: str, background: bool = False) -> subprocess.Popen:
+    """``spyrl ARGS`` in a process of its own; ``background``: started as a shell starts ``spyrl ... &``,
+    with SIGINT ignored."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if background else None
     return subprocess.Popen([sys.executable, "-m", "spyrl", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True, preexec_fn=ignore)  # fmt: skip
 
 
 def test_two_rollouts_to_one_path_do_not_both_succeed(tmp_path, capsys):
@@ -504,12 +507,15 @@ def test_two_rollouts_to_one_path_do_not_both_succeed(tmp_path, capsys):
     assert len(EpisodeBuffer.load(out)) == 400 * 2 * 3
 
 
-def test_ctrl_c_is_one_line_and_leaves_no_empty_output(tmp_path):
-    """Pass 3, Tracebacks: Ctrl-C printed a traceback."""
+@pytest.mark.parametrize("background", [False, True])
+def test_ctrl_c_is_one_line_and_leaves_no_empty_output(tmp_path, background):
+    """Pass 3, Tracebacks: Ctrl-C printed a traceback. Pass 5: a command started in the background (SIGINT
+    ignored, as a shell's ``&`` leaves it) finished with exit code 0 on ``kill -INT``."""
     import time
 
     out = tmp_path / "r.jsonl"
-    proc = _spyrl_process("rollout", "--games", "5000", "--players", "3", "--quiet", "--out", str(out))
+    args = ("rollout", "--games", "5000", "--players", "3", "--quiet", "--out", str(out))
+    proc = _spyrl_process(*args, background=background)
     try:
         deadline = time.monotonic() + 120
         while not out.exists() and proc.poll() is None and time.monotonic() < deadline:
