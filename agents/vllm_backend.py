@@ -30,7 +30,7 @@ forced the tokens that ``hf`` forces: a vote's ``<vote>`` and ``</vote>``, a for
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agents.chat import encode_observation
@@ -64,10 +64,12 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Request:
-    """What one prompt asks of the engine: a token budget and a structured-output pattern (None: free)."""
+    """What one prompt asks of the engine: a token budget, a structured-output pattern (None: free), and
+    whether it writes a performance (sampled as ``perform_sampling`` says, when a policy sets it)."""
 
     max_tokens: int
     regex: str | None = None
+    perform: bool = field(default=False, repr=False)
 
 
 def plan_request(
@@ -96,13 +98,13 @@ def plan_request(
         longest = max(len(f"<vote>{choice}</vote>") for choice in vote_choices(observation, decoding.offers_abstain))
         return Request(max(max_new_tokens, reasoning + longest), pattern)
     if decoding.answer != "boxed":
-        return Request(max_new_tokens)
+        return Request(max_new_tokens, perform=True)
     budget = max_new_tokens - answer_reserve
     if budget < 1:
         raise ValueError(
             f"max_new_tokens ({max_new_tokens}) leaves no room for a boxed answer of {decoding.answer_tokens} tokens"
         )
-    return Request(budget, boxed_body_regex())
+    return Request(budget, boxed_body_regex(), perform=True)
 
 
 def sampling_kwargs(sampling: SamplingParams, seed: int | None, max_tokens: int) -> dict[str, Any]:
@@ -153,21 +155,43 @@ class VLLMPolicy:
         share_prefix: bool = True,
         **extra: Any,
     ):
-        self.decoding = (decoding or DecodingOptions()).check_supported("the vllm backend")
         vllm = import_vllm()
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be None or an integer >= 1, got {batch_size!r}")
-        self.sampling = sampling or SamplingParams()
-        self.name = name or f"vllm:{model}"
-        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        sampling = sampling or SamplingParams()
+        decoding = (decoding or DecodingOptions()).check_supported("the vllm backend")
         if batch_size is not None:
             extra.setdefault("max_num_seqs", batch_size)
         extra.setdefault("enable_prefix_caching", share_prefix)
-        extra.setdefault("seed", self.sampling.seed if self.sampling.seed is not None else 0)
+        extra.setdefault("seed", sampling.seed if sampling.seed is not None else 0)
         extra.setdefault("max_model_len", DEFAULT_MAX_MODEL_LEN)
         self.engine_kwargs = engine_kwargs(**extra)  # dtype, max_model_len, kv_cache_gib: per-device defaults
         check_model(model)
-        self.llm = vllm.LLM(model=model, **self.engine_kwargs)
+        llm = vllm.LLM(model=model, **self.engine_kwargs)
+        self._attach(llm, sampling, name or f"vllm:{model}", decoding, chat_template_kwargs)
+
+    @classmethod
+    def on_engine(
+        cls, llm: Any, *, sampling: SamplingParams, decoding: DecodingOptions, name: str = "policy"
+    ) -> VLLMPolicy:
+        """This policy on a ``vllm.LLM`` built elsewhere (a trainer's colocated engine,
+        :mod:`trainers.vllm_engine`), which must run requests with their own seeds (``engine_kwargs``'s
+        ``seeded``)."""
+        policy = cls.__new__(cls)
+        policy._attach(llm, sampling, name, decoding.check_supported("vLLM rollouts"), None)
+        return policy
+
+    def _attach(
+        self,
+        llm: Any,
+        sampling: SamplingParams,
+        name: str,
+        decoding: DecodingOptions,
+        chat_template_kwargs: dict[str, Any] | None,
+    ) -> None:
+        self.llm, self.sampling, self.name, self.decoding = llm, sampling, name, decoding
+        self.perform_sampling: SamplingParams | None = None  # as HFPolicy: performances apart from votes
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.tokenizer = self.llm.get_tokenizer()
         self._requests = 0
 
@@ -204,7 +228,8 @@ class VLLMPolicy:
                 forced[i] = vote_tag_spans(replies[i].text)
         if unanswered:  # the body ran out without an answer: write one, as hf forces it
             closers = self._closer_tokens * AnswerProgram.MAX_CLOSERS
-            ending = Request(reserve - closers, boxed_answer_regex(CHARS_PER_TOKEN * self.decoding.answer_tokens))
+            pattern = boxed_answer_regex(CHARS_PER_TOKEN * self.decoding.answer_tokens)
+            ending = Request(reserve - closers, pattern, perform=True)
             for i in unanswered:
                 forced[i] = [(len(replies[i].text), len(replies[i].text) + len("\n\n\\boxed{"))]
             self._continue(prompts, replies, unanswered, lambda reply: ending)
@@ -214,7 +239,8 @@ class VLLMPolicy:
             closers = self._closer_tokens * AnswerProgram.MAX_CLOSERS
             for i in unclosed:
                 forced[i].append((len(replies[i].text), len(replies[i].text) + open_braces(replies[i].text)))
-            self._continue(prompts, replies, unclosed, lambda reply: Request(closers, r"\}" * open_braces(reply.text)))
+            closing = lambda reply: Request(closers, r"\}" * open_braces(reply.text), perform=True)  # noqa: E731
+            self._continue(prompts, replies, unclosed, closing)
         masks: list[list[int] | None] = [None] * len(replies)
         shaped = [i for i, request in enumerate(requests) if request.regex is not None and replies[i].token_ids]
         if shaped and all(replies[i].logprobs is not None for i in shaped):
@@ -279,7 +305,8 @@ class VLLMPolicy:
         for request in requests:
             seed = None if self.sampling.seed is None else self.sampling.seed + self._requests
             self._requests += 1
-            kwargs = sampling_kwargs(self.sampling, seed, request.max_tokens)
+            sampling = self.perform_sampling if request.perform and self.perform_sampling else self.sampling
+            kwargs = sampling_kwargs(sampling, seed, request.max_tokens)
             if request.regex is not None:
                 from vllm.sampling_params import StructuredOutputsParams
 
@@ -298,6 +325,8 @@ class VLLMPolicy:
     def restart_sampling(self, seed: int | None) -> None:
         """Sample as a fresh run seeded by ``seed``: request k of the run is seeded with ``seed + k``."""
         self.sampling = SamplingParams(**{**self.sampling.to_dict(), "seed": seed})
+        if self.perform_sampling is not None:
+            self.perform_sampling = SamplingParams(**{**self.perform_sampling.to_dict(), "seed": seed})
         self._requests = 0
 
     def sync(self) -> None:

@@ -117,16 +117,22 @@ def engine_kwargs(
     return {**kwargs, **extra}
 
 
+# settings that are floors, not defaults: a whole-prompt prefill needs a step as long as the context (TRL's
+# colocated engine asks for 4,096 tokens a step)
+_FLOORS = ("max_num_batched_tokens",)
+
+
 @contextlib.contextmanager
 def engine_defaults(module: Any, **defaults: Any) -> Iterator[None]:
     """While inside, ``module.LLM(...)`` (a module that imported ``vllm.LLM`` by name, such as TRL's
     ``trl.generation.vllm_generation``) is built with ``defaults`` for every keyword its caller left
-    out or set to None: how TRL's ``VLLMGeneration`` gets a dtype and a KV cache size."""
+    out or set to None: how TRL's ``VLLMGeneration`` gets a dtype and a KV cache size. A
+    ``max_num_batched_tokens`` default is a floor: a smaller value the caller gives is raised to it."""
     original = module.LLM
 
     def build(*args: Any, **kwargs: Any) -> Any:
         for key, value in defaults.items():
-            if kwargs.get(key) is None:
+            if kwargs.get(key) is None or (key in _FLOORS and kwargs[key] < value):
                 kwargs[key] = value
         return original(*args, **kwargs)
 

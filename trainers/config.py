@@ -154,12 +154,16 @@ class SpyRLConfig:
         """The rules that tie two sections together (each section checked its own fields already)."""
         decoding, rollout, advantages = self.decoding, self.rollout, self.advantages
         gradient = vote_gradient_of(advantages.vote_gradient)
-        if gradient.scores_choices and (decoding.vote_mode == "free" or rollout.generation != "hf"):
-            # a free vote has no choice step, and vLLM rollouts do not record which tokens were allowed
+        # votes whose choice distribution is recorded: the hf policy's, or forward votes on the trained model
+        # (vLLM rollouts do not record which tokens were allowed)
+        recorded_votes = rollout.generation == "hf" or rollout.forward_votes
+        if gradient.scores_choices and (decoding.vote_mode == "free" or not recorded_votes):
+            # a free vote has no choice step
             raise bad(
                 advantages,
                 "vote_gradient",
-                "'sampled' unless decoding.vote_mode is constrained or think-then-vote with rollout.generation hf",
+                "'sampled' unless decoding.vote_mode is constrained or think-then-vote with rollout.generation hf "
+                "(or forward_votes)",
             )
         if gradient.exact_distribution and (decoding.temperature != 1 or decoding.top_p < 1):
             # the choice distributions q are recorded at temperature 1 over every legal seat: the votes must be
@@ -168,34 +172,21 @@ class SpyRLConfig:
                 advantages, "vote_gradient", "'sampled' or 'supervised' unless decoding.temperature is 1 and top_p 1"
             )
         if advantages.perform_reward == "expected" and (
-            decoding.vote_mode == "free"
-            or rollout.generation != "hf"
-            or decoding.temperature != 1
-            or decoding.top_p < 1
+            decoding.vote_mode == "free" or not recorded_votes or decoding.temperature != 1 or decoding.top_p < 1
         ):  # m̃ = Σ q needs the votes drawn from the recorded q (trainers/perform_rewards.py)
             raise bad(
                 advantages,
                 "perform_reward",
-                "'sampled' unless votes are constrained or think-then-vote, rollout.generation hf, temperature 1, top_p 1",
+                "'sampled' unless votes are constrained or think-then-vote, rollout.generation hf (or forward_votes), "
+                "temperature 1, top_p 1",
             )
         if advantages.perform_reward == "expected" and advantages.perform_group_norm:
             # (r − b_role)/(std_g + ε) is only centred by b_role: continuous rewards whose replays differ by a
             # hair divide a large r − b by a tiny std (a gradient norm of 3,424 in issue #26's sixth attempt)
             raise bad(advantages, "perform_reward", "'sampled' when perform_group_norm is on")
-        if rollout.forward_votes and (
-            decoding.vote_mode != "constrained" or rollout.generation != "hf" or decoding.top_p < 1
-        ):
-            raise bad(
-                rollout,
-                "forward_votes",
-                "False unless decoding.vote_mode is 'constrained', generation 'hf' and top_p 1",
-            )
-        if decoding.answer != "free" and rollout.generation != "hf":  # vLLM rollouts send one pattern per call
-            raise bad(decoding, "answer", f"'free' with rollout.generation={rollout.generation!r} (boxed needs 'hf')")
-        if decoding.perform_temperature is not None and rollout.generation != "hf":  # vLLM: one temperature
-            raise bad(
-                decoding, "perform_temperature", f"None with rollout.generation={rollout.generation!r} (needs 'hf')"
-            )
+        if rollout.forward_votes and (decoding.vote_mode != "constrained" or decoding.top_p < 1):
+            raise bad(rollout, "forward_votes", "False unless decoding.vote_mode is 'constrained' and top_p 1")
+        self._check_vllm_decoding()
         needs_replays = grouping_of(advantages.detect_advantage_groups).needs_replayed_setups
         if needs_replays and (not rollout.replay_setup or rollout.games_per_document < 2):
             # without replayed setups every vote prompt is unique: one-member groups, every advantage 0
@@ -204,6 +195,18 @@ class SpyRLConfig:
                 "detect_advantage_groups",
                 "'game' unless rollout.replay_setup is on and games_per_document >= 2",
             )
+
+    def _check_vllm_decoding(self) -> None:
+        """Through TRL's ``generate`` (a server, a tensor-parallel group, sleep mode) a vLLM call has one
+        pattern and one temperature: no boxed ending, no temperature of the performances' own."""
+        decoding, rollout = self.decoding, self.rollout
+        if rollout.generation == "hf" or rollout.drives_colocated_engine:
+            return
+        where = f"rollout.generation={rollout.generation!r} unless vllm-colocate on one device without sleep mode"
+        if decoding.answer != "free":
+            raise bad(decoding, "answer", f"'free' with {where}")
+        if decoding.perform_temperature is not None:
+            raise bad(decoding, "perform_temperature", f"None with {where}")
 
     # ------------------------------------------------------------- building
     @classmethod

@@ -126,6 +126,18 @@ class RolloutConfig:
                 raise bad(self, name, f"'self' or an agent spec ({problem})")
         self._check_vllm()
 
+    @property
+    def drives_colocated_engine(self) -> bool:
+        """Whether vLLM rollouts drive the colocated ``vllm.LLM`` directly
+        (:class:`trainers.vllm_engine.ColocatedVLLMPolicy`: every decoding program, per-stage temperatures)
+        rather than through TRL's ``generate`` (one pattern and temperature per call, as a server or a
+        tensor-parallel group needs; it also wakes a sleeping engine)."""
+        return (
+            self.generation == "vllm-colocate"
+            and self.vllm_tensor_parallel_size == 1
+            and not self.vllm_enable_sleep_mode
+        )
+
     def learner_plays(self, stage: Stage | str) -> bool:
         """Whether the learner's own replies fill ``stage``'s seats (not a fixed ``performer``/``voter``):
         only those rows may train, whatever the stage schedule (a fixed LLM's tokens are not the learner's)."""

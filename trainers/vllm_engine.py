@@ -35,12 +35,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from agents.decoding import DecodingOptions
+from agents.vllm_backend import VLLMPolicy
 from spy_env.policy import Action, Observation
 
 if TYPE_CHECKING:
     from trainers.policies import DecodingConfig, RolloutConfig
 
 __all__ = [
+    "ColocatedVLLMPolicy",
     "VLLMRolloutPolicy",
     "actions_from_generation",
     "fit_cpu_sync",
@@ -251,7 +253,8 @@ def vllm_generation_kwargs(
 def make_vllm_generation(
     rollout: RolloutConfig, decoding: DecodingConfig, model: Any, accelerator: Any, tokenizer: Any, model_path: str
 ) -> Any:
-    """Build TRL's ``VLLMGeneration`` for the ``rollout`` and ``decoding`` sections (import-guarded)."""
+    """Build TRL's ``VLLMGeneration`` for the ``rollout`` and ``decoding`` sections (import-guarded); a
+    colocated engine that :class:`ColocatedVLLMPolicy` drives runs requests with their own seeds."""
     try:
         import trl.generation.vllm_generation as trl_vllm
         from trl.import_utils import is_vllm_available
@@ -271,7 +274,10 @@ def make_vllm_generation(
     if kwargs["mode"] == "colocate":
         check_model(model_path)
         defaults = engine_kwargs(
-            dtype=model.dtype, max_model_len=None, kv_cache_gib=rollout.vllm_kv_cache_gib, seeded=False
+            dtype=model.dtype,
+            max_model_len=kwargs["max_model_length"],
+            kv_cache_gib=rollout.vllm_kv_cache_gib,
+            seeded=rollout.drives_colocated_engine,
         )
     with engine_defaults(trl_vllm, **defaults):
         return trl_vllm.VLLMGeneration(**kwargs)
@@ -286,9 +292,11 @@ def vllm_rollout_policy(
     accelerator: Any,
     tokenizer: Any,
     model_path: str,
-) -> VLLMRolloutPolicy:
-    """Rollouts through TRL's VLLMGeneration (colocated or server) on ``model``'s weights, sharing
-    ``encoder``'s prompts (games of ``rounds`` rounds)."""
+) -> Any:
+    """Rollouts through TRL's VLLMGeneration (colocated or server) on ``model``'s weights, with
+    ``encoder``'s prompts (games of ``rounds`` rounds). ``encoder`` is the learner's ``hf`` policy; when it
+    plays votes in one forward pass (:class:`trainers.votes.ForwardVotes`) it keeps them and vLLM
+    writes the rest."""
     collective = rollout.generation == "vllm-server" or rollout.vllm_tensor_parallel_size > 1
     if collective and accelerator.num_processes > 1 and rounds > 1:
         # generation then gathers prompts across processes, so every process must make the same
@@ -299,6 +307,33 @@ def vllm_rollout_policy(
         )
     engine = make_vllm_generation(rollout, decoding, model, accelerator, tokenizer, model_path)
     from agents.vllm_settings import on_cpu
+    from trainers.votes import ForwardVotes
 
     reload = rollout.generation == "vllm-colocate" and on_cpu()
-    return VLLMRolloutPolicy(engine, encoder, decoding=decoding.options(), name="policy", reload_on_sync=reload)
+    hf = encoder.learner if isinstance(encoder, ForwardVotes) else encoder
+    if rollout.drives_colocated_engine:
+        policy: Any = ColocatedVLLMPolicy.on_engine(engine.llm, sampling=hf.sampling, decoding=decoding.options())
+        policy.perform_sampling = hf.perform_sampling
+        policy.generation, policy.reload_on_sync = engine, reload
+    else:
+        policy = VLLMRolloutPolicy(engine, hf, decoding=decoding.options(), name="policy", reload_on_sync=reload)
+    if isinstance(encoder, ForwardVotes):  # votes in one forward pass of the trained model, the rest on vLLM
+        encoder.others = policy
+        return encoder
+    return policy
+
+
+class ColocatedVLLMPolicy(VLLMPolicy):
+    """:class:`agents.vllm_backend.VLLMPolicy` on a trainer's colocated engine (TRL's ``VLLMGeneration``,
+    whose ``llm`` it drives): boxed answers, shaped votes with the model's own log-probabilities and
+    ``completion_mask``, per-request seeds and the performances' temperature, as the ``vllm`` backend plays;
+    :meth:`sync` pushes the trained weights."""
+
+    generation: Any
+    reload_on_sync: bool
+
+    def sync(self) -> None:
+        if self.reload_on_sync:
+            reload_cpu_engine(self.generation)
+        else:
+            self.generation.sync_weights()

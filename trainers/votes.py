@@ -3,7 +3,8 @@
 A ``constrained`` vote's reply is ``<vote>k</vote>`` with only ``k`` chosen by the model, so the
 ``generate`` loop (prefill, then one step per forced tag token) computes nothing a single forward
 over ``prompt + <vote>`` does not: the choice logits are at its last position. :class:`ForwardVotes`
-plays votes that way (performances and other votes go to the wrapped ``hf`` policy) and records
+plays votes that way (performances and other votes go to the wrapped ``hf`` policy, or to
+:attr:`ForwardVotes.others` when the trainer rolls out with vLLM) and records
 the same action: the forced tags, the choice (drawn from the model's distribution at the rollout
 temperature, renormalised over the legal seats), ``completion_mask``, ``vote_distribution``, the
 choice step and tokens. The forced closing tag's log-probabilities are never computed: they are
@@ -44,6 +45,7 @@ class ForwardVotes:
         if learner.sampling.top_p < 1 or learner.sampling.top_k:
             raise ValueError("ForwardVotes samples from the whole choice distribution: top_p must be 1 and top_k 0")
         self.learner = learner
+        self.others: Any = None  # a rollout policy for the rest (vLLM, trainers.vllm_engine); None: learner
         self.name = learner.name
         self.keep_graphs = keep_graphs
         self.retained: dict[tuple[int, ...], torch.Tensor] = {}  # prompt + tag ids -> (C,) choice log-probs
@@ -53,10 +55,14 @@ class ForwardVotes:
     # ----------------------------------------------- rollout policy (spy_env.policy.RolloutPolicy)
     def restart_sampling(self, seed: int | None) -> None:
         self.learner.restart_sampling(seed)
+        if self.others is not None:
+            self.others.restart_sampling(seed)
         self._calls = 0
 
     def sync(self) -> None:
-        """Nothing to push: votes are played by the trained model itself."""
+        """Votes are played by the trained model itself; the policy of the rest gets the new weights."""
+        if self.others is not None:
+            self.others.sync()
 
     def act(self, observations: Sequence[Observation]) -> list[Action]:
         out: list[Action | None] = [None] * len(observations)
@@ -69,7 +75,8 @@ class ForwardVotes:
             else:
                 others.append(i)
         if others:
-            for i, action in zip(others, self.learner.act([observations[i] for i in others]), strict=True):
+            rest = self.others if self.others is not None else self.learner
+            for i, action in zip(others, rest.act([observations[i] for i in others]), strict=True):
                 out[i] = action
         size = self.learner.batch_size
         for start in range(0, len(votes), size):
