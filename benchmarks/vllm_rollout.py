@@ -124,6 +124,8 @@ def one(kind: str, model: str, rows: list[int], train_games: int) -> dict[str, f
     play(policy, 1, seed=100)  # warm-up
     out["play_tok_s"], out["play_s"] = play(policy, 1, seed=0)
     out["train_tok_s"], out["train_s"] = play(policy, train_games, seed=1)
+    if kind != "hf":
+        policy.close()  # the engine stopped while Python is whole, not at the interpreter's exit
     stop.set()
     out["peak_rss_mb"] = peak[0]
     return out

