@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 __all__ = [
     "MAX_DEPTH",
@@ -44,11 +44,14 @@ __all__ = [
     "folder_file",
     "honour_umask",
     "lock_run",
+    "open_regular",
     "parse_json",
     "parse_yaml",
     "pid_alive",
     "read_folder_file",
     "read_json",
+    "read_lines",
+    "read_regular",
     "refuse_existing",
     "refuse_existing_outputs",
     "remove_stale_temporaries",
@@ -238,6 +241,53 @@ def read_folder_file(folder: str | os.PathLike, relative: str | os.PathLike, *, 
     if len(data) > max_bytes:
         raise ValueError(f"{str(path)!r} is larger than {max_bytes} bytes")
     return data
+
+
+def open_regular(path: str | os.PathLike, what: str) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file; ``ValueError`` naming the ``what`` otherwise.
+
+    A user's path may be a link (their choice), but what it reaches must be a regular file: a FIFO
+    would hang the reader, ``/dev/zero`` or ``/dev/urandom`` would never end. The file is opened
+    without blocking (a FIFO with no writer does not hang the open) and checked on the descriptor, so a
+    file swapped in after a check is checked too."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError as e:
+        raise ValueError(f"{what} {str(path)!r} does not exist") from e
+    except IsADirectoryError as e:
+        raise ValueError(f"{what} {str(path)!r} is a folder, not a file") from e
+    except OSError as e:
+        raise ValueError(f"{what} {str(path)!r} cannot be read ({e.strerror})") from e
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
+        raise ValueError(f"{what} {str(path)!r} is {kind}, not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_regular(path: str | os.PathLike, what: str, *, max_bytes: int) -> bytes:
+    """The bytes of the regular file ``path`` (:func:`open_regular`); ``ValueError`` beyond ``max_bytes``
+    (read no further than that: a sparse file of many gigabytes costs ``max_bytes`` at most)."""
+    with open_regular(path, what) as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"{what} {str(path)!r} is larger than {max_bytes:,} bytes")
+    return data
+
+
+def read_lines(path: str | os.PathLike, what: str, *, max_line_bytes: int) -> Iterator[tuple[int, bytes]]:
+    """``(line number, line)`` of the regular file ``path`` as they are read, blank lines left out; a line
+    longer than ``max_line_bytes`` is a ``ValueError`` naming the file and the line, found after reading
+    ``max_line_bytes`` of it (a file of NUL bytes with no line end is refused, not held in memory). A
+    reader that stops early (``--max-documents``) reads no further."""
+    with open_regular(path, what) as f:
+        for number, line in enumerate(iter(lambda: f.readline(max_line_bytes + 1), b""), start=1):
+            if len(line) > max_line_bytes and not line.endswith(b"\n"):  # readline stopped inside the line
+                raise ValueError(f"{what} {str(path)!r} line {number} is longer than {max_line_bytes:,} bytes")
+            if line.strip():
+                yield number, line
 
 
 # a JSON string literal (no raw newline inside one), and what is not a bracket or a line end
