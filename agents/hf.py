@@ -30,6 +30,7 @@ from agents.prefix_cache import cache_argument, prefill, prefix_groups
 from agents.registry import register_backend, some_argument
 from agents.sampling import SamplingParams
 from agents.tensors import left_pad
+from agents.threads import fit_threads
 from spy_env.parsing import last_boxed
 from spy_env.policy import Action, Observation
 
@@ -100,6 +101,8 @@ def load_pretrained(
     except ImportError as e:
         raise ImportError("the hf backend needs transformers: pip install 'spyrl[hf]'") from e
     device = resolve_device(device)
+    if device == "cpu":
+        fit_threads()  # the cores free now, before the model's first product (agents.threads)
     extra = {"gguf_file": gguf_file} if gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(path, **extra)
     model = AutoModelForCausalLM.from_pretrained(

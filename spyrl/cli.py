@@ -972,6 +972,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spyrl", description="RLSVR / SpyRL: Who Is the Spy? over math documents")
     parser.add_argument("--debug", action="store_true", help="show the traceback of every error")
     parser.add_argument("--verbose", action="store_true", help="also show the libraries' progress bars and warnings")
+    parser.add_argument("--threads", default=None, help=THREADS_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
     for add_command in COMMANDS:
         add_command(sub)
@@ -980,7 +981,14 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--verbose", action="store_true", default=argparse.SUPPRESS, help="show the libraries' chatter"
         )
+        command.add_argument("--threads", default=argparse.SUPPRESS, help=THREADS_HELP)
     return parser
+
+
+THREADS_HELP = (
+    "torch's CPU threads: auto (the cores free when a model loads; default), all (one per core) or a number; "
+    "also SPYRL_THREADS"
+)
 
 
 def _user_error(e: BaseException) -> bool:
@@ -1037,6 +1045,15 @@ def _interruptible() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _set_threads(setting: str | None) -> None:
+    """``--threads``, checked, for every model the command loads, here and in the processes it starts."""
+    if setting is not None:
+        from agents.threads import SETTING_ENV, parse_threads
+
+        parse_threads(setting)
+        os.environ[SETTING_ENV] = setting.strip()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a command. A user's mistake prints ``error: ...`` (one line) and returns 2; a bug keeps
     its traceback, and ``--debug`` shows the traceback of every error."""
@@ -1058,6 +1075,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError:  # pragma: no cover - core dependency
         pass
     try:
+        _set_threads(args.threads)
         return args.func(args)
     except KeyboardInterrupt:
         if args.debug:

@@ -26,6 +26,7 @@ SHIPPED = ("benchmarks", "examples", "tools")
 # script -> the test that runs it ("NAME" in this module, or "tests/FILE.py::NAME")
 COVERAGE = {
     "benchmarks/answer_detection.py": "test_benchmark_smoke",
+    "benchmarks/busy_play.py": "test_benchmark_smoke",
     "benchmarks/env_throughput.py": "test_benchmark_smoke",
     "benchmarks/play_time.py": "test_benchmark_smoke",
     "benchmarks/rollout_overhead.py": "test_benchmark_smoke",
@@ -82,6 +83,7 @@ def _run(script: str, *args: str, cwd: Path, timeout: int = 600) -> str:
 
 BENCHMARK_SMOKES = {
     "benchmarks/answer_detection.py": "incremental:",
+    "benchmarks/busy_play.py": "x idle (same)",
     "benchmarks/env_throughput.py": "ratio spy_env steps/s : connect_four steps/s",
     "benchmarks/play_time.py": "shared prefixes vs full prefill: the same tokens",
     "benchmarks/rollout_overhead.py": "ratio runner / raw",
