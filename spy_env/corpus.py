@@ -13,6 +13,14 @@ Sources accepted by :func:`load_corpus`:
   writing sources, streamed (:mod:`spy_env.task_corpora`).
 - ``"hf:ID[:CONFIG]"``: any hub data set with a ``text`` column, streamed.
 - a path to a ``.parquet``, ``.jsonl``/``.json`` file or a folder of them.
+
+Local files are read by :func:`read_rows` as they come: what is not a regular file (a FIFO,
+``/dev/zero``) is refused before it is read, a JSON line longer than :data:`MAX_ROW_BYTES` is an
+error found after reading that much of it, parquet is read a batch at a time, and
+``max_documents`` stops the reading once enough documents are kept: a corpus of many gigabytes
+costs what its first documents cost. A ``.json`` file holding one array is parsed whole (the
+standard library has no streaming JSON parser), so it may hold :data:`MAX_JSON_ARRAY_BYTES`;
+larger corpora are JSON lines.
 """
 
 from __future__ import annotations
@@ -23,14 +31,14 @@ import json
 import logging
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, BinaryIO, Literal, Protocol
 
 from spy_env.degrade import sentence_spans
-from spy_env.io import parse_json
+from spy_env.io import open_regular, parse_json, read_lines
 from spy_env.parsing import clean_text
 
 logger = logging.getLogger(__name__)
@@ -38,6 +46,8 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "DOCUMENT_SPLITS",
     "HELDOUT_FRACTION",
+    "MAX_JSON_ARRAY_BYTES",
+    "MAX_ROW_BYTES",
     "NEMOTRON_CONFIGS",
     "NEMOTRON_ID",
     "CorpusFilter",
@@ -48,11 +58,23 @@ __all__ = [
     "load_embedded",
     "load_hub",
     "load_local",
+    "read_rows",
     "split_documents",
 ]
 
 NEMOTRON_ID = "nvidia/Nemotron-CC-Math-v1"
 NEMOTRON_CONFIGS = ("3", "4plus", "4plus_MIND")
+
+# Bytes one JSON line (one row: a document, a question) may hold. Nemotron-CC-Math documents are at
+# most a few hundred kilobytes; a longer line is refused after this much of it is read (a file of NUL
+# bytes with no line end, a sparse file of many gigabytes).
+MAX_ROW_BYTES = 16 << 20
+# Bytes of a ``.json`` file holding one array, parsed whole (about five times its size in memory).
+MAX_JSON_ARRAY_BYTES = 64 << 20
+# Suffixes of the local files rows are read from, and the reader of each.
+ROW_FILE_KINDS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".csv": "csv"}
+# The columns of Nemotron-CC-Math-v1's schema a document is made of (other parquet columns are not read).
+DOCUMENT_COLUMNS = frozenset({"id", "text", "metadata"})
 
 
 @dataclass(frozen=True)
@@ -170,18 +192,20 @@ def documents_from_rows(
 ) -> tuple[list[Document], CorpusStats]:
     """Turn raw rows into documents, skipping broken ones; raise if none is usable.
 
-    A row is skipped (and counted) when it is a JSON line that does not parse (``bad_json``), not
+    ``rows`` is read no further than the row that gives the ``max_documents``-th document.
+    A row is skipped (and counted) when it is a JSON line that does not parse (``bad_json``: the
+    ``ValueError`` :func:`read_rows` yields for it), not
     a mapping (``not_a_row``), its ``text`` is
     missing or not a string (``no_text``), blank (``empty``), outside the length bounds
     (``too_short``/``too_long``) or a duplicate (``duplicate``).
     """
+    if max_documents is not None and max_documents < 1:
+        raise ValueError(f"max_documents must be None or >= 1, got {max_documents!r}")
     filt = filt or CorpusFilter()
     stats = CorpusStats()
     seen: set[bytes] = set()
     docs: list[Document] = []
     for i, row in enumerate(rows):
-        if max_documents is not None and len(docs) >= max_documents:
-            break
         text, skipped = _usable_text(row, filt, seen)
         if text is None:
             stats.skipped[skipped] += 1
@@ -196,6 +220,8 @@ def documents_from_rows(
                 metadata=dict(metadata) if isinstance(metadata, Mapping) else {},
             )
         )
+        if max_documents is not None and len(docs) >= max_documents:
+            break  # before the next row: a streamed source reads no further than the documents it gives
     stats.kept = len(docs)
     if not docs:
         raise ValueError(f"{source} has no usable document ({stats})")
@@ -207,7 +233,7 @@ def documents_from_rows(
 
 def _usable_text(row: Any, filt: CorpusFilter, seen: set[bytes]) -> tuple[str | None, str]:
     """A row's cleaned text, or None and why the row is skipped (``seen``: dedup keys so far)."""
-    if isinstance(row, _BadRow):
+    if isinstance(row, ValueError):  # a JSON line that does not parse (read_rows)
         return None, "bad_json"
     if not isinstance(row, Mapping):
         return None, "not_a_row"
@@ -254,63 +280,131 @@ def load_local(
 ) -> list[Document]:
     """Documents from a local ``.parquet``/``.jsonl``/``.json`` file or a folder of them.
 
-    Parquet goes through ``datasets.load_dataset`` (streaming), the same code path as hub
-    corpora; JSON lines are read line by line, so a malformed line is skipped and counted
-    (``bad_json``) instead of failing the file. An empty file is an error.
+    Files are read by :func:`read_rows`, in name order, and no further than the row that gives the
+    ``max_documents``-th document. A malformed JSON line is skipped and counted (``bad_json``)
+    instead of failing the file. An empty file is an error.
     """
     path = Path(path)
     if not path.exists():
         raise ValueError(f"corpus path {str(path)!r} does not exist")
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    by_kind: dict[str, list[str]] = {}
-    for p in files:
-        kind = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}.get(p.suffix.lower())
-        if kind:
-            by_kind.setdefault(kind, []).append(str(p))
-    if len(by_kind) != 1:
+    kinds = {ROW_FILE_KINDS[p.suffix.lower()] for p in files if p.suffix.lower() in ROW_FILE_KINDS}
+    if len(kinds) != 1:
         raise ValueError(
-            f"corpus path {str(path)!r} must hold .parquet or .jsonl/.json files of one kind, "
-            f"found {sorted(by_kind) or 'none'}"
+            f"corpus path {str(path)!r} must hold .parquet, .jsonl/.json or .csv files of one kind, "
+            f"found {sorted(kinds) or 'none'}"
         )
-    [(kind, data_files)] = by_kind.items()
-    if kind == "json":
-        # Read line by line, not through datasets: there one malformed line fails the whole file.
-        rows = _json_rows([Path(f) for f in data_files])
-        return documents_from_rows(rows, filt, max_documents=max_documents, source=str(path))[0]
+    data_files = [p for p in files if p.suffix.lower() in ROW_FILE_KINDS]
+    rows = (row for file in data_files for _, row in read_rows(file, "corpus file", columns=DOCUMENT_COLUMNS))
     try:
-        stream = _datasets().load_dataset(kind, data_files=data_files, split="train", streaming=True)
-        return documents_from_rows(stream, filt, max_documents=max_documents, source=str(path))[0]
-    except ValueError:
-        raise
-    except Exception as e:  # a corrupt parquet file: name it, whatever pyarrow raised
-        raise ValueError(f"corpus {str(path)!r} cannot be read ({type(e).__name__}: {e})") from e
+        return documents_from_rows(rows, filt, max_documents=max_documents, source=str(path))[0]
+    finally:
+        rows.close()  # the file a max_documents stop left open
 
 
-class _BadRow:
-    """A JSON line that does not parse; :func:`documents_from_rows` counts it as ``bad_json``."""
+def read_rows(
+    path: str | os.PathLike, what: str, *, columns: Collection[str] | None = None
+) -> Iterator[tuple[str, Any]]:
+    """``(where, row)`` for each row of a local ``.jsonl``/``.json``/``.parquet``/``.csv`` file, as it is read.
+
+    ``where`` names the file and the row (``corpus file 'c.jsonl' line 3``) for messages. A JSON line
+    that does not parse (malformed, not UTF-8, nested deeper than :data:`spy_env.io.MAX_DEPTH`) comes
+    as the ``ValueError`` that says so, for the caller to skip or raise. Everything else is a
+    ``ValueError`` naming the file, raised before the file is read when it is not a regular file (a
+    FIFO, a device, a folder). A ``.json`` file that holds one array is parsed whole, up to
+    :data:`MAX_JSON_ARRAY_BYTES`. Of a parquet file only the ``columns`` it has are read (all when
+    ``None``), a batch of rows at a time. A caller that stops early reads no further.
+    """
+    kind = ROW_FILE_KINDS.get(Path(path).suffix.lower())
+    if kind is None:
+        raise ValueError(f"{what} {str(path)!r} is not a .jsonl, .json, .parquet or .csv file")
+    if kind == "parquet":
+        yield from _parquet_rows(path, what, columns)
+    elif kind == "csv":
+        yield from _csv_rows(path, what)
+    else:
+        yield from _json_rows(path, what)
 
 
-def _json_rows(files: Sequence[Path]) -> Iterator[Any]:
-    """Rows of JSONL files (a ``.json`` file holding one array also works); a line that is not
-    JSON yields a :class:`_BadRow` so it is skipped and counted, not fatal."""
-    for file in files:
-        data = file.read_bytes()
-        if not data.strip():
-            raise ValueError(f"corpus file {str(file)!r} is empty")
-        if data.lstrip()[:1] == b"[":  # a JSON array, not JSON lines
-            try:
-                rows = parse_json(data, f"corpus file {str(file)!r}")
-            except UnicodeDecodeError as e:
-                raise ValueError(f"corpus file {str(file)!r} is not valid JSON ({e})") from e
-            yield from rows if isinstance(rows, list) else [rows]
-            continue
-        for line in data.splitlines():
-            if not line.strip():
-                continue
-            try:
-                yield parse_json(line, "row")
-            except (ValueError, UnicodeDecodeError):
-                yield _BadRow()
+def _csv_rows(path: str | os.PathLike, what: str) -> Iterator[tuple[str, Any]]:
+    """Rows of a CSV file with a header line (GPQA's hub files), as they are read; a field is bounded
+    by the ``csv`` module's limit (131,072 characters), and what it cannot read is a ``ValueError``
+    naming the file and the line."""
+    import csv
+    import io
+
+    name = f"{what} {str(path)!r}"
+    with open_regular(path, what) as f:
+        reader = csv.DictReader(io.TextIOWrapper(f, encoding="utf-8", newline=""), strict=True)
+        try:
+            for row in reader:
+                if None in row or None in row.values():  # more or fewer fields than the header names
+                    raise csv.Error(f"{len(reader.fieldnames or ())} columns in the header, not in this row")
+                yield f"{name} line {reader.line_num}", row
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise ValueError(f"{name} line {reader.line_num} is not CSV ({e})") from e
+        if reader.line_num == 0:
+            raise ValueError(f"{name} is empty")
+
+
+def _json_rows(path: str | os.PathLike, what: str) -> Iterator[tuple[str, Any]]:
+    name = f"{what} {str(path)!r}"
+    with open_regular(path, what) as f:
+        array = _starts_with(f, b"[")
+        data = f.read(MAX_JSON_ARRAY_BYTES + 1) if array else b""
+    if array:  # a JSON array, not JSON lines
+        if len(data) > MAX_JSON_ARRAY_BYTES:
+            raise ValueError(
+                f"{name} is a JSON array larger than {MAX_JSON_ARRAY_BYTES:,} bytes, which is parsed whole; "
+                "write larger files as JSON lines (.jsonl), which are read as they come"
+            )
+        rows = parse_json(data, name)  # a list: the text starts with "["
+        del data
+        for number, row in enumerate(rows, start=1):
+            yield f"{name} item {number}", row
+        return
+    empty = True
+    for number, line in read_lines(path, what, max_line_bytes=MAX_ROW_BYTES):
+        empty, where = False, f"{name} line {number}"
+        try:
+            row = parse_json(line, where)
+        except ValueError as e:  # UnicodeDecodeError included
+            row = e
+        yield where, row
+    if empty:
+        raise ValueError(f"{name} is empty")
+
+
+def _starts_with(f: BinaryIO, prefix: bytes) -> bool:
+    """Whether the text of the binary file ``f`` starts with ``prefix`` after white space (looked for in
+    the first :data:`MAX_ROW_BYTES`); ``f`` is left at its start."""
+    seen = 0
+    while seen <= MAX_ROW_BYTES and (chunk := f.read(1 << 16)):
+        seen += len(chunk)
+        if chunk.strip():
+            f.seek(0)
+            return chunk.lstrip().startswith(prefix)
+    f.seek(0)
+    return False
+
+
+def _parquet_rows(path: str | os.PathLike, what: str, columns: Collection[str] | None) -> Iterator[tuple[str, Any]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    name = f"{what} {str(path)!r}"
+    with open_regular(path, what) as f:
+        number = 0
+        try:
+            parquet = pq.ParquetFile(f)
+            names = parquet.schema_arrow.names
+            wanted = names if columns is None else [c for c in names if c in columns]
+            for batch in parquet.iter_batches(batch_size=64, columns=wanted):
+                for row in batch.to_pylist():
+                    number += 1
+                    yield f"{name} row {number}", row
+        except (pa.ArrowException, OSError) as e:  # a corrupt or truncated file, whatever pyarrow raised
+            raise ValueError(f"{name} cannot be read as parquet ({type(e).__name__}: {e})") from e
 
 
 def load_hub(

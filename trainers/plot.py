@@ -1,15 +1,20 @@
-"""``spyrl plot RUN_DIR``: training curves from ``metrics.jsonl`` as one PNG."""
+"""``spyrl plot RUN_DIR``: training curves from ``metrics.jsonl`` as one PNG.
+
+The run folder may come from someone else: its ``metrics.jsonl`` is read only when it is a regular file
+in it (:func:`spy_env.io.folder_file`; a FIFO, a device or a link is refused before it is opened), a
+line at a time, each at most :data:`MAX_METRICS_LINE_BYTES`, and only the values the curves draw are kept.
+"""
 
 from __future__ import annotations
 
 import math
 import os
 from pathlib import Path
+from typing import Any
 
-from spy_env.io import save_figure
+from spy_env.io import folder_file, parse_json, read_lines, save_figure
 from spy_env.stage import Stage
 from trainers.metrics import strongest_rule
-from trainers.sinks import read_metrics
 
 __all__ = ["plot_run"]
 
@@ -21,6 +26,9 @@ PANELS = [
     ("violations", ["env/violation_rate", "env/forfeit_rate"]),
     ("throughput (tokens/s)", ["perf/rollout_tokens_per_s", "perf/update_tokens_per_s"]),
 ]
+# Bytes of one metrics row (a row of a run is a few kilobytes).
+MAX_METRICS_LINE_BYTES = 1 << 20
+_DRAWN = frozenset({"iteration", "stage"} | {key for _, keys in PANELS for key in keys})
 
 
 def plot_run(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
@@ -32,7 +40,7 @@ def plot_run(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in read_metrics(run_dir) if isinstance(r.get("iteration"), (int, float))]
+    rows = [r for r in _metrics_rows(run_dir) if isinstance(r.get("iteration"), (int, float))]
     if not rows:
         raise ValueError(f"{run_dir} has no metrics rows (with an iteration) yet")
     out = Path(out) if out else Path(run_dir) / "curves.png"
@@ -61,3 +69,17 @@ def plot_run(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -
     fig.suptitle(f"spyrl run {Path(run_dir).name} (shaded: performing stage)")
     fig.tight_layout()
     return save_figure(fig, out, dpi=90)
+
+
+def _metrics_rows(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """The values the curves draw of each row of ``run_dir/metrics.jsonl``, read a line at a time."""
+    path = folder_file(run_dir, "metrics.jsonl")
+    if path is None:
+        raise ValueError(f"{str(run_dir)!r} has no metrics.jsonl")
+    rows = []
+    for number, line in read_lines(path, "metrics file", max_line_bytes=MAX_METRICS_LINE_BYTES):
+        row = parse_json(line, f"{str(path)!r}: line {number}")
+        if not isinstance(row, dict):
+            raise ValueError(f"{str(path)!r}: line {number} is not a metrics object")
+        rows.append({k: v for k, v in row.items() if k in _DRAWN or k.startswith(("env/rule_", "eval/rule_"))})
+    return rows

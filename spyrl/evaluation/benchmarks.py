@@ -1,22 +1,27 @@
 """The benchmarks (the five the model card names, the two guessed for its seven-benchmark average, two
 extras): hub ids, splits, columns, prompts, gold answers and token budgets (docs/EVALUATION.md).
 
-Every benchmark loads through ``datasets.load_dataset(path, config, split=...)``. ``path`` is the
-hub id by default; a local folder laid out like the hub repository (a README with ``configs``)
-or a data file goes through the same call, which is how the tests run offline.
+A benchmark loads from its hub id through ``datasets.load_dataset(path, config, split=...)``. A local
+copy (``--data NAME=PATH``: a ``.jsonl``/``.json``/``.parquet`` file, or a folder laid out like the hub
+repository, a README with ``configs``, which is how the tests run offline) is read afresh by
+:func:`spy_env.corpus.read_rows` every time, never through the ``datasets`` cache (keyed by a file's
+path, size and modification time, it would score the old questions of a file replaced by one of the
+same size and time): rows as they come, ``--limit`` honoured while reading, and a file that is not a
+regular file, not JSON, nested too deep or without the benchmark's columns is one ``ValueError``
+naming the file and the line.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from spy_env.io import check_json_depth
+from spy_env.corpus import ROW_FILE_KINDS, read_rows
 
 __all__ = [
     "BENCHMARKS",
@@ -138,33 +143,73 @@ def token_budget(names: Sequence[str]) -> int:
 def load_items(
     name: str, *, path: str | None = None, limit: int | None = None, seed: int = 0, **load_kwargs: Any
 ) -> list[Item]:
-    """The first ``limit`` items of a benchmark (``path`` overrides the hub id, e.g. a local folder)."""
+    """The first ``limit`` items of a benchmark. ``path`` is a local file or folder (read afresh, see the
+    module docstring) or a hub id in place of the benchmark's; ``load_kwargs`` go to ``load_dataset``."""
     if name not in BENCHMARKS:
         raise ValueError(f"unknown benchmark {name!r}; known: {sorted(BENCHMARKS)}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be None or >= 1, got {limit!r}")
     benchmark = BENCHMARKS[name]
-    from datasets import load_dataset
-
     source = path or benchmark.path
-    config = benchmark.config
-    if path and (path.endswith((".jsonl", ".json", ".parquet"))):
-        kind = "parquet" if path.endswith(".parquet") else "json"
-        if kind == "json":  # before pyarrow's JSON reader, which recurses in C (a segfault at 10,000 levels)
-            check_json_depth(Path(path).read_bytes(), f"benchmark file {path!r}")
-        dataset = load_dataset(kind, data_files=path, split="train", **load_kwargs)
-    else:
-        dataset = load_dataset(source, config, split=benchmark.split, **load_kwargs)
+    local = path is not None and (Path(path).suffix.lower() in ROW_FILE_KINDS or Path(path).exists())
+    rows = _local_rows(benchmark, Path(source)) if local else _hub_rows(benchmark, source, **load_kwargs)
     rng = np.random.default_rng(seed)
     items = []
-    for index, row in enumerate(dataset):
-        if limit is not None and index >= limit:
-            break
-        try:
-            items.append(benchmark.build(row, index, rng))
-        except (KeyError, TypeError, AttributeError) as e:
-            raise ValueError(
-                f"benchmark {name} at {source!r}: row {index + 1} lacks what {name} needs ({type(e).__name__}: {e}); "
-                f"columns: {sorted(row) if isinstance(row, dict) else type(row).__name__}"
-            ) from e
+    try:
+        for where, row in rows:
+            items.append(_item(benchmark, where, row, len(items), rng))
+            if limit is not None and len(items) >= limit:
+                break  # before the next row: a local file is read no further
+    finally:
+        rows.close()
     if not items:
         raise ValueError(f"benchmark {name} at {source!r} has no rows")
     return items
+
+
+def _item(benchmark: Benchmark, where: str, row: Any, index: int, rng: np.random.Generator) -> Item:
+    """``benchmark.build`` of one row; a row that is not JSON or lacks a column is a ``ValueError`` naming ``where``."""
+    if isinstance(row, ValueError):  # a line that does not parse (read_rows names it)
+        raise row
+    try:
+        return benchmark.build(row, index, rng)
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError, StopIteration) as e:
+        columns = sorted(row) if isinstance(row, dict) else type(row).__name__
+        raise ValueError(
+            f"{where} lacks what {benchmark.name} needs ({type(e).__name__}: {e}); columns: {columns}"
+        ) from e
+
+
+def _local_rows(benchmark: Benchmark, path: Path) -> Iterator[tuple[str, Any]]:
+    """Rows of a local file, or of the files of ``benchmark.split`` in a folder laid out like the hub repository."""
+    if not path.is_dir():
+        yield from read_rows(path, "benchmark file")
+        return
+    for file in _split_files(benchmark, path):
+        yield from read_rows(file, "benchmark file")
+
+
+def _split_files(benchmark: Benchmark, folder: Path) -> list[str]:
+    """The data files of ``benchmark``'s config and split in ``folder``, found by the rules ``datasets``
+    applies to a hub repository (its README's ``configs``, else the file names), without reading them."""
+    import datasets
+
+    try:
+        data_files = datasets.load_dataset_builder(str(folder), benchmark.config).config.data_files or {}
+    except Exception as e:  # a README that is not YAML, an unknown config: whatever datasets raised, one line
+        first_line = str(e).splitlines()[0] if str(e) else ""
+        raise ValueError(f"benchmark folder {str(folder)!r} cannot be read ({type(e).__name__}: {first_line})") from e
+    if benchmark.split not in data_files:
+        raise ValueError(
+            f"benchmark folder {str(folder)!r} has no split {benchmark.split!r} for {benchmark.name}; "
+            f"splits: {sorted(data_files)}"
+        )
+    return list(data_files[benchmark.split])
+
+
+def _hub_rows(benchmark: Benchmark, source: str, **load_kwargs: Any) -> Iterator[tuple[str, Any]]:
+    from datasets import load_dataset
+
+    dataset = load_dataset(source, benchmark.config, split=benchmark.split, **load_kwargs)
+    for index, row in enumerate(dataset):
+        yield f"benchmark {benchmark.name} at {source!r} row {index + 1}", row
