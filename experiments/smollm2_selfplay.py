@@ -37,7 +37,7 @@ from agents.hf import HFPolicy
 from spy_env.config import GameConfig
 from spy_env.extras import require
 from spy_env.heldout import METRICS, evaluate_heldout, paired_difference, summarize
-from spy_env.io import refuse_existing_outputs, save_figure, save_pretrained, write_text
+from spy_env.io import refuse_existing_folder, refuse_existing_outputs, save_figure, save_pretrained, write_text
 from trainers import SpyRLConfig, SpyRLTrainer
 from trainers.extras import PLOTS
 from trainers.policies import learner_policy, seat_policy
@@ -163,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-every", type=int, default=None)
     p.add_argument("--default-games", type=int, default=None, help="games of the default setting (0: skip)")
     p.add_argument("--seed", type=int, default=12345, help="seed of the held-out games")
-    p.add_argument("--save-model", default=None, help="also save each trained model under this folder")
+    p.add_argument(
+        "--save-model", default=None, help="also save each trained model under this folder (--overwrite: a model only)"
+    )
     args = p.parse_args(argv)
     defaults = (1, 4, 1, 0) if args.quick else (None, 32, 1, 8)  # iterations None: the preset's
     for name, value in zip(("iterations", "eval_games", "eval_every", "default_games"), defaults, strict=True):
@@ -178,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     models = [Path(args.save_model) / name for name in rows] if args.save_model else []
     try:  # before hours of training, not after
         require([PLOTS])  # the chart is drawn after the training
-        refuse_existing_outputs([out / "results.json", out / "heldout_accuracy.png", *models], overwrite=args.overwrite)
+        refuse_existing_outputs([out / "results.json", out / "heldout_accuracy.png"], overwrite=args.overwrite)
+        for model in models:  # --overwrite replaces a model saved before, never another folder
+            refuse_existing_folder(model, overwrite=args.overwrite, what="--save-model folder")
     except (ImportError, ValueError) as e:
         return user_error(e)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)

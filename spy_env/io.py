@@ -15,12 +15,15 @@ values and characters, is a ``ValueError`` naming the text before any parser tha
 
 A run folder is written by one process at a time: :func:`lock_run`. Outputs are written by
 :func:`atomic_path` / :func:`write_text` / :func:`atomic_folder`, which never write through a link
-planted at the output path and leave nothing half-written behind.
+planted at the output path, leave nothing half-written behind and name the output when a write fails
+(a full disk); a file appended to is opened by :func:`open_append`, never through a link. ``--overwrite``
+replaces a folder only when it is what the command writes (:func:`refuse_existing_folder`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -36,14 +39,18 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_YAML_CHARS",
     "MAX_YAML_SIZE",
+    "SAVED_MODEL",
+    "FolderKind",
     "RunLock",
     "atomic_folder",
     "atomic_path",
     "check_json_depth",
+    "check_output_file",
     "check_tree",
     "folder_file",
     "honour_umask",
     "lock_run",
+    "open_append",
     "open_regular",
     "parse_json",
     "parse_yaml",
@@ -53,11 +60,14 @@ __all__ = [
     "read_lines",
     "read_regular",
     "refuse_existing",
+    "refuse_existing_folder",
     "refuse_existing_outputs",
+    "refuse_links",
     "remove_stale_temporaries",
     "save_figure",
     "save_pretrained",
     "write_text",
+    "writing",
 ]
 
 # Nesting a JSON or YAML value may have. Everything spyrl reads is at most 5 deep (a buffer row's
@@ -75,7 +85,8 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]
     """Yield a temporary path beside ``path``; it replaces ``path`` only if the block succeeds.
 
     The file gets the permissions a plain ``open`` would give (``0o666`` less the umask), and
-    temporary files left beside ``path`` by a writer that was killed are removed first.
+    temporary files left beside ``path`` by a writer that was killed are removed first. A write that
+    fails (a full disk) leaves no temporary file and is an ``OSError`` naming ``path``.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -84,12 +95,46 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=suffix, dir=path.parent)
     os.close(fd)
     try:
-        yield Path(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files
-        os.replace(tmp, path)
+        with writing(path, tmp):
+            yield Path(tmp)
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike, *written: str | os.PathLike) -> Iterator[None]:
+    """A block that writes ``path``: an ``OSError`` in it that names no file, or one of the files
+    ``written`` on the way (a temporary file, a file in a staging folder), becomes one naming ``path``,
+    so a write that fails for want of space says which output it was, not ``[Errno 28]`` alone. An
+    error about another file is left as it is, and so is every other error but a Rust library's I/O
+    error (safetensors, tokenizers), which becomes an ``OSError`` naming ``path`` too."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is not None and not any(_inside(e.filename, w) for w in written):
+            raise
+        if e.errno is None:  # a library's own error (pyarrow's): its message, and the path
+            raise OSError(f"cannot write {str(path)!r}: {e}") from e
+        raise OSError(e.errno, e.strerror or str(e), str(path)) from e
+    except Exception as e:
+        # Rust's std::io::Error, which those libraries wrap in their own exception, is only text
+        found = _RUST_IO_ERROR.search(str(e))
+        if found is None:
+            raise
+        code = int(found.group(1))
+        raise OSError(code, os.strerror(code), str(path)) from e
+
+
+_RUST_IO_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def _inside(name: str | os.PathLike, written: str | os.PathLike) -> bool:
+    """Whether the file ``name`` is ``written`` or inside it (a file of a staging folder)."""
+    name, written = os.fspath(name), os.fspath(written)
+    return name == written or name.startswith(written.rstrip(os.sep) + os.sep)
 
 
 def remove_stale_temporaries(path: str | os.PathLike, suffix: str = ".tmp") -> list[Path]:
@@ -139,6 +184,66 @@ def refuse_existing(path: str | os.PathLike, what: str = "output") -> None:
         raise ValueError(f"{what} {str(path)!r} exists; pass --overwrite to replace it")
 
 
+@dataclass(frozen=True)
+class FolderKind:
+    """What one kind of :func:`atomic_folder` write puts in its folder, so that ``--overwrite`` replaces
+    such a folder and nothing else: a folder every entry of which is a file named by ``files``, one of
+    them among ``required`` (or an empty folder)."""
+
+    name: str  # what such a folder is, in a message
+    files: re.Pattern[str]
+    required: tuple[str, ...]
+
+    def problem(self, folder: Path) -> str | None:
+        """Why ``folder`` is not one of these, in words (``None`` if it is)."""
+        if folder.is_symlink():
+            return "is a symbolic link"
+        if not folder.is_dir():
+            return "is not a folder"
+        names = sorted(os.listdir(folder))
+        for name in names:
+            if (folder / name).is_dir() and not (folder / name).is_symlink():
+                return f"holds the folder {name!r}"
+            if not self.files.fullmatch(name):
+                return f"holds {name!r}"
+        if names and not set(names) & set(self.required):
+            return f"holds none of {', '.join(self.required)}"
+        return None
+
+
+# What transformers' and peft's ``save_pretrained`` write into a model folder (config, weights or their
+# shards and index, tokenizer, chat template, adapter, model card); a link among them is removed with
+# the folder, never followed.
+SAVED_MODEL = FolderKind(
+    "a model folder written by save_pretrained",
+    re.compile(
+        r"(adapter_)?config\.json|generation_config\.json|(adapter_)?model(-\d+-of-\d+)?\.safetensors"
+        r"|model\.safetensors\.index\.json|tokenizer(_config)?\.json|special_tokens_map\.json"
+        r"|added_tokens\.json|vocab\.json|merges\.txt|tokenizer\.model|chat_template\.(jinja|json)|README\.md"
+    ),
+    ("config.json", "adapter_config.json"),
+)
+
+
+def refuse_existing_folder(
+    path: str | os.PathLike, *, overwrite: bool, kind: FolderKind = SAVED_MODEL, what: str = "output folder"
+) -> None:
+    """``ValueError`` naming ``path`` if anything is there, unless ``overwrite`` and it is a folder of
+    ``kind``: ``--overwrite`` replaces what such a command wrote before, never a folder of someone's
+    own files (a thesis), a link or a file."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        return
+    if not overwrite:
+        refuse_existing(path, what)
+    problem = kind.problem(path)
+    if problem is not None:
+        raise ValueError(
+            f"{what} {str(path)!r} {problem}; --overwrite replaces only {kind.name}: move it away or choose "
+            "another folder"
+        )
+
+
 def write_text(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` atomically (:func:`atomic_path`); a link at ``path`` is replaced, never followed."""
     with atomic_path(path) as tmp:
@@ -146,32 +251,99 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
     return Path(path)
 
 
+def check_output_file(path: str | os.PathLike, what: str) -> None:
+    """``ValueError`` naming ``path`` when what is there must not be written on: a symbolic link
+    (dangling or not: the write would land outside the output's folder), a folder, a FIFO, a device, or
+    a file with other hard links (the write would change it under its other names too). Nothing there
+    is fine."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    _refuse_foreign_output(Path(path), st, what)
+
+
+def refuse_links(folder: str | os.PathLike, names: Iterable[str]) -> None:
+    """``ValueError`` naming the first of ``folder/NAME`` that is a symbolic link (dangling or not) or,
+    when it is a folder, holds one: a command that writes ``names`` into ``folder`` would write through
+    it, or replace or stumble on a link it did not make."""
+    for name in names:
+        path = Path(folder) / name
+        entries = sorted(path.iterdir()) if path.is_dir() and not path.is_symlink() else []
+        for entry in (path, *entries):
+            if entry.is_symlink():
+                raise ValueError(_linked_output(entry, "output"))
+
+
+def open_append(path: str | os.PathLike, what: str) -> BinaryIO:
+    """``path`` opened to append to, created if missing (``0o666`` less the umask), never through a link:
+    :func:`check_output_file`'s refusals, made on the descriptor, so a link swapped in after a check is
+    not followed either, and a FIFO does not hang the open."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # O_NOFOLLOW met a link
+            raise ValueError(_linked_output(Path(path), what)) from e
+        if e.errno == errno.ENXIO:  # a FIFO nobody reads
+            raise ValueError(f"{what} {str(path)!r} is not a regular file") from e
+        raise
+    try:
+        _refuse_foreign_output(Path(path), os.fstat(fd), what)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "ab")
+
+
+def _refuse_foreign_output(path: Path, st: os.stat_result, what: str) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise ValueError(_linked_output(path, what))
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{what} {str(path)!r} is not a regular file")
+    if st.st_nlink > 1:
+        raise ValueError(
+            f"{what} {str(path)!r} has {st.st_nlink} hard links; spyrl writes only into a file of its own, "
+            "not one linked from elsewhere"
+        )
+
+
+def _linked_output(path: Path, what: str) -> str:
+    return (
+        f"{what} {str(path)!r} is a symbolic link; spyrl writes its outputs into their folder, never through "
+        "a link: remove it"
+    )
+
+
 @contextlib.contextmanager
-def atomic_folder(path: str | os.PathLike, *, overwrite: bool = False) -> Iterator[Path]:
+def atomic_folder(
+    path: str | os.PathLike, *, overwrite: bool = False, kind: FolderKind = SAVED_MODEL
+) -> Iterator[Path]:
     """Yield a new, empty folder beside ``path``; it becomes ``path`` only if the block succeeds.
 
     Whatever the block writes (``save_pretrained``) lands in a folder this call created, so a
     ``config.json`` linked to another file in an old folder at ``path`` is never written through;
-    an exception or Ctrl-C removes the half-written folder. An existing ``path`` is refused unless
-    ``overwrite`` (then it is replaced whole, after the block succeeded; a link is replaced, not
-    followed).
+    an exception or Ctrl-C removes the half-written folder, and a write that fails is an ``OSError``
+    naming ``path``. An existing ``path`` is refused unless ``overwrite`` and it is a folder of
+    ``kind`` (:func:`refuse_existing_folder`, checked before the block and again after it); then it
+    is replaced whole, after the block succeeded.
     """
     path = Path(path)
-    if not overwrite:
-        refuse_existing(path)
+    refuse_existing_folder(path, overwrite=overwrite, kind=kind)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmpdir", dir=path.parent))
     old = None
     try:
-        yield tmp
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700 folders
-        honour_umask(tmp)
-        if os.path.lexists(path):
-            if not overwrite:
-                refuse_existing(path)  # another writer got there during the block
-            old = path.parent / f".{path.name}.{os.getpid()}.old.tmpdir"
-            os.rename(path, old)
-        os.rename(tmp, path)
+        with writing(path, tmp):
+            yield tmp
+            os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700 folders
+            honour_umask(tmp)
+            if os.path.lexists(path):  # what another writer put there during the block is checked too
+                refuse_existing_folder(path, overwrite=overwrite, kind=kind)
+                old = path.parent / f".{path.name}.{os.getpid()}.old.tmpdir"
+                os.rename(path, old)
+            os.rename(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None and not os.path.lexists(path):
@@ -179,7 +351,7 @@ def atomic_folder(path: str | os.PathLike, *, overwrite: bool = False) -> Iterat
             old = None
         raise
     finally:
-        if old is not None:
+        if old is not None:  # removed, its links not followed (one swapped in after the check: unlinked)
             if old.is_symlink() or not old.is_dir():
                 old.unlink()
             else:
@@ -462,8 +634,9 @@ class Pretrained(Protocol):
 
 def save_pretrained(folder: str | os.PathLike, *objects: Pretrained, overwrite: bool = False) -> Path:
     """``obj.save_pretrained`` of each of ``objects`` into ``folder``, as one :func:`atomic_folder`:
-    a new folder, never written through a link, whole or absent after an exception or Ctrl-C."""
-    with atomic_folder(folder, overwrite=overwrite) as tmp:
+    a new folder, never written through a link, whole or absent after an exception or Ctrl-C;
+    ``overwrite`` replaces a model folder (:data:`SAVED_MODEL`), nothing else."""
+    with atomic_folder(folder, overwrite=overwrite, kind=SAVED_MODEL) as tmp:
         for obj in objects:
             obj.save_pretrained(tmp)
     return Path(folder)

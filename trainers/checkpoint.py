@@ -3,11 +3,8 @@
 A checkpoint folder ``checkpoints/iter_K`` holds
 
 - ``model/``: a plain Hugging Face folder (``model.safetensors`` or a LoRA adapter) and tokenizer;
-- ``trainer_state.json``: iteration, scheduler, stage controller, RAE baselines, Python and NumPy
-  RNG states (as lists of ints), the config, the optimizer's skeleton (hyper-parameters and
-  which tensor is which);
-- ``trainer_state.safetensors``: the optimizer's tensors (AdamW moments and steps) and torch's RNG
-  states;
+- ``trainer_state.json`` and ``trainer_state.safetensors``: the rest of the trainer's state, as data
+  (:mod:`trainers.trainer_state`: a forged field is refused naming the file and the field);
 - ``accelerate/`` (multi-process runs only): what ``Accelerator.save_state`` writes (see docs/SAFETY.md:
   accelerate stores optimizer and RNG states with ``torch.save``);
 - ``manifest.json``: the sha256 of every other file, written last.
@@ -22,6 +19,10 @@ a ``pytorch_model.bin`` listed in the manifest is refused, not handed to ``torch
 link, to a file or a folder, is refused) and that every floating tensor is finite *before*
 anything is loaded, so a corrupted checkpoint never resumes silently and never gets written over
 the run.
+
+Nothing a run writes goes through a link: a link among its outputs (:data:`RUN_OUTPUTS`, or in their
+folders) is refused before a run, fresh or resumed, writes anything, and a save replaces only a
+checkpoint (checked again then). A save that fails leaves no staging folder and names the checkpoint.
 """
 
 from __future__ import annotations
@@ -37,11 +38,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 
-from spy_env.io import check_tree, honour_umask, lock_run, parse_json, pid_alive, write_text
+from spy_env.io import check_tree, honour_umask, lock_run, parse_json, pid_alive, refuse_links, write_text, writing
 from trainers.snapshots import optimizer_from_flat, optimizer_to_flat, restore_rng, rng_snapshot
+from trainers.trainer_state import FORMAT, STATE_FILE, TENSORS_FILE, CheckpointError, read_state, restoring, write_state
 
 logger = logging.getLogger(__name__)
 
@@ -69,16 +70,11 @@ __all__ = [
     "write_state",
 ]
 
-STATE_FILE = "trainer_state.json"
-TENSORS_FILE = "trainer_state.safetensors"
 MANIFEST_FILE = "manifest.json"
-FORMAT = 2  # 1: trainer_state.pt (pickle), no longer read
 # What a checkpoint may hold outside accelerate/: never a pickle format (.bin, .pt, .pkl, ...)
 DATA_SUFFIXES = frozenset({".safetensors", ".json", ".txt", ".model", ".jinja", ".md"})
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be resumed: missing, altered, corrupted or non-finite."""
+# What a run writes into its folder (the trainer, its checkpoints, `spyrl train`'s chart)
+RUN_OUTPUTS = ("metrics.jsonl", "curves.png", "checkpoints", "buffers", "tiny-model", "tensorboard")
 
 
 # ------------------------------------------------------------------------------ locating
@@ -125,12 +121,13 @@ def open_checkpoint(root: Path, path: str) -> Path:
 
 def hold_run_folder(owner: object, folder: str | os.PathLike) -> Path:
     """``folder`` (created), locked for this process until ``owner`` is gone (:func:`spy_env.io.lock_run`):
-    every writer of a run, fresh or resumed, takes it before it writes. Under a launcher rank 0 holds it
-    for all ranks."""
+    every writer of a run, fresh or resumed, takes it before it writes, and a link among the run's
+    outputs is refused then. Under a launcher rank 0 holds it for all ranks."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if _rank() == 0:
         weakref.finalize(owner, lock_run(folder).release)
+        refuse_links(folder, RUN_OUTPUTS)  # once held: nothing is written yet
     return folder
 
 
@@ -227,41 +224,6 @@ def first_non_finite(model: torch.nn.Module) -> str | None:
     return None
 
 
-# ------------------------------------------------------------------------ state as data
-def _jsonable(value: Any) -> Any:
-    """JSON-safe copy: tuples → lists, NumPy scalars → Python numbers (floats round-trip exactly)."""
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (np.integer, np.floating)):
-        return value.item()
-    return value
-
-
-def write_state(folder: Path, state: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> None:
-    from safetensors.torch import save_file
-
-    (folder / STATE_FILE).write_text(json.dumps(_jsonable(state), indent=1), encoding="utf-8")
-    save_file(dict(tensors), str(folder / TENSORS_FILE))
-
-
-def read_state(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """The JSON state and the tensors of a verified checkpoint (no pickle anywhere)."""
-    from safetensors.torch import load_file
-
-    try:
-        state = parse_json((folder / STATE_FILE).read_text(encoding="utf-8"), str(folder / STATE_FILE))
-        tensors = load_file(str(folder / TENSORS_FILE))
-    except FileNotFoundError as e:
-        raise CheckpointError(f"{e.filename} is missing; refusing to resume from {folder}") from e
-    except Exception as e:  # any parse failure of these files means a corrupt checkpoint
-        raise CheckpointError(f"{folder / STATE_FILE} or {TENSORS_FILE} cannot be read ({e})") from e
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise CheckpointError(f"{folder / STATE_FILE} is not a spyrl checkpoint state (format {FORMAT})")
-    return state, tensors
-
-
 # ------------------------------------------------------------------------ a trainer's checkpoint
 class Checkpointed(Protocol):
     """What a checkpoint reads and restores of a trainer (:class:`trainers.grpo.SpyRLTrainer` is
@@ -287,7 +249,9 @@ class Checkpointed(Protocol):
 
 
 def save_trainer(trainer: Checkpointed) -> Path:
-    """Write ``trainer``'s checkpoint to ``checkpoints/iter_K`` atomically; every process calls it."""
+    """Write ``trainer``'s checkpoint to ``checkpoints/iter_K`` atomically; every process calls it. A
+    link in ``checkpoints`` (or the folder itself), or an ``iter_K`` that is not a checkpoint, is refused
+    by name; a save that fails leaves no staging folder and is an error naming ``iter_K``."""
     root = trainer.output_dir / "checkpoints"
     target = root / f"iter_{trainer.iteration:05d}"
     main = trainer.accelerator.is_main_process
@@ -295,32 +259,45 @@ def save_trainer(trainer: Checkpointed) -> Path:
     tmp = root / f".tmp_iter_{trainer.iteration:05d}{'' if trainer.distributed else f'_{os.getpid()}'}"
     _refuse_non_finite(trainer)
     if main:
+        _check_target(trainer.output_dir, target)
         remove_stale_staging(root)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-    state_dict = None
-    if trainer.distributed:
-        trainer.accelerator.wait_for_everyone()
-        # Collective. Model and optimizer as accelerate saves them for DDP, FSDP (shards) or
-        # DeepSpeed (engine checkpoint), plus every process's RNG states; and the full weights
-        # gathered once more for a plain Hugging Face folder.
-        trainer.accelerator.save_state(str(tmp / "accelerate"))
-        state_dict = trainer.accelerator.get_state_dict(trainer.model)
-        trainer.accelerator.wait_for_everyone()
-        if not main:  # the main process writes the rest; the others wait
-            trainer.accelerator.wait_for_everyone()
-            return target
-    trainer.unwrapped.save_pretrained(tmp / "model", state_dict=state_dict)
-    trainer.tokenizer.save_pretrained(tmp / "model")
-    write_state(tmp, *_trainer_state(trainer))
-    honour_umask(tmp)
-    write_manifest(tmp)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(tmp, target)
-    write_text(root / "latest", target.name)
+    try:
+        with writing(target, tmp):
+            state_dict = None
+            if trainer.distributed:
+                trainer.accelerator.wait_for_everyone()
+                # Collective. Model and optimizer as accelerate saves them for DDP, FSDP (shards) or
+                # DeepSpeed (engine checkpoint), plus every process's RNG states; and the full weights
+                # gathered once more for a plain Hugging Face folder.
+                trainer.accelerator.save_state(str(tmp / "accelerate"))
+                state_dict = trainer.accelerator.get_state_dict(trainer.model)
+                trainer.accelerator.wait_for_everyone()
+            if main:  # the main process writes the rest; the others wait
+                trainer.unwrapped.save_pretrained(tmp / "model", state_dict=state_dict)
+                trainer.tokenizer.save_pretrained(tmp / "model")
+                write_state(tmp, *_trainer_state(trainer))
+                honour_umask(tmp)
+                write_manifest(tmp)
+                _check_target(trainer.output_dir, target)  # and what came there meanwhile
+                shutil.rmtree(target, ignore_errors=True)  # a checkpoint after the one this run resumed from
+                os.replace(tmp, target)
+                write_text(root / "latest", target.name)
+    except BaseException:
+        if main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if trainer.distributed:
         trainer.accelerator.wait_for_everyone()
     return target
+
+
+def _check_target(run: Path, target: Path) -> None:
+    """A save writes into the run's own ``checkpoints`` folder and replaces only a checkpoint there."""
+    refuse_links(run, ["checkpoints"])
+    if target.exists() and not (target / MANIFEST_FILE).is_file():
+        raise CheckpointError(f"{target} is not a checkpoint (it holds no {MANIFEST_FILE}); move it away")
 
 
 def _refuse_non_finite(trainer: Checkpointed) -> None:
@@ -359,14 +336,17 @@ def load_trainer(trainer: Checkpointed, checkpoint: Path) -> None:
     """Restore ``trainer`` from a checkpoint folder that :func:`open_checkpoint` verified."""
     state, tensors = read_state(checkpoint)
     _load_weights(trainer, checkpoint, state)
+    path = checkpoint / STATE_FILE
     if not trainer.distributed:
-        trainer.optimizer.load_state_dict(optimizer_from_flat(state["optimizer"], tensors, trainer.optimizer))
-        restore_rng(state["rng"], tensors)
-    trainer.scheduler.load_state_dict(state["scheduler"])
-    trainer.controller.load_state_dict(state["controller"])
-    trainer.rae.load_state_dict(state["rae"])
-    trainer.iteration = int(state["iteration"])
-    trainer.sinks.truncate(int(state["metrics_rows"]))
+        with restoring(path, "optimizer"):
+            trainer.optimizer.load_state_dict(optimizer_from_flat(state["optimizer"], tensors, trainer.optimizer))
+        with restoring(path, "rng"):
+            restore_rng(state["rng"], tensors)
+    for field, part in (("scheduler", trainer.scheduler), ("controller", trainer.controller), ("rae", trainer.rae)):
+        with restoring(path, field):
+            part.load_state_dict(state[field])
+    trainer.iteration = state["iteration"]
+    trainer.sinks.truncate(state["metrics_rows"])
     logger.info("resumed from %s at iteration %d", checkpoint, trainer.iteration)
 
 

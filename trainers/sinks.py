@@ -1,5 +1,10 @@
 """Where per-iteration metrics go: JSONL always (``metrics.jsonl``), plus console, wandb,
-trackio and tensorboard on request. Optional backends are imported only when asked for."""
+trackio and tensorboard on request. Optional backends are imported only when asked for.
+
+``metrics.jsonl`` is a run's output, fresh or resumed: it is refused when it is a symbolic link (even a
+dangling one), not a regular file, or hard-linked elsewhere, and appended to only through a descriptor
+opened without following a link (:func:`spy_env.io.open_append`), so no row lands outside the run
+folder. A write that fails (a full disk) is an ``OSError`` naming the file."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from spy_env.io import parse_json, write_text
+from spy_env.io import check_output_file, open_append, parse_json, write_text, writing
 
 __all__ = ["MetricSinks", "read_metrics"]
 
@@ -47,6 +52,8 @@ class MetricSinks:
     def __init__(self, output_dir: Path, report_to: Sequence[str], config: Mapping[str, Any]) -> None:
         self.path = Path(output_dir) / "metrics.jsonl"
         self.report_to = list(report_to)
+        if "jsonl" in self.report_to:
+            check_output_file(self.path, "metrics file")  # a link would be read, then appended to
         self.rows_written = len(read_metrics(self.path)) if self.path.exists() else 0
         self._wandb = self._trackio = self._tensorboard = None
         self._console = None
@@ -78,8 +85,8 @@ class MetricSinks:
         row = _clean(metrics)
         if "jsonl" in self.report_to:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
+            with open_append(self.path, "metrics file") as f, writing(self.path):
+                f.write((json.dumps(row) + "\n").encode("utf-8"))
                 f.flush()
                 os.fsync(f.fileno())
         self.rows_written += 1
@@ -105,6 +112,7 @@ class MetricSinks:
 
     def truncate(self, rows: int) -> None:
         """Keep the first ``rows`` lines (a resumed run rewrites what came after its checkpoint)."""
+        check_output_file(self.path, "metrics file")
         if not self.path.exists():
             self.rows_written = 0
             return
