@@ -205,6 +205,8 @@ def check_output(
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{flag} {path} is a folder; give a file name")
+    if path.is_symlink() and not path.exists():
+        raise ValueError(f"{flag} {path} is a link to nothing; spyrl does not write through links: remove it")
     if suffixes and path.suffix.lower() not in suffixes:
         raise ValueError(f"{flag} {path} must end in {' or '.join(suffixes)}")
     for source in inputs:

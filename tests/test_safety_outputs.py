@@ -325,3 +325,20 @@ def test_a_full_disk_while_logging_metrics_is_one_line_naming_the_file(run, monk
     code, err = _resume(run, capsys)
     assert code == 2, err[-2000:]
     assert _one_line_error(err) and "No space left on device" in err and "metrics.jsonl" in err
+
+
+@pytest.mark.parametrize("command", ["rollout", "train"])
+def test_a_link_to_nothing_at_an_output_is_refused_by_what_it_is(tmp_path, capsys, command):
+    """A dangling link at a new output was refused as "exists (another command is writing it?)"."""
+    target = tmp_path / "elsewhere" / "x.jsonl"
+    if command == "rollout":
+        (tmp_path / "out.jsonl").symlink_to(target)
+        argv = ["rollout", "--agent", "heuristic", "--games", "1", "--out", str(tmp_path / "out.jsonl")]
+    else:
+        (tmp_path / "run").mkdir()
+        (tmp_path / "run" / "metrics.jsonl").symlink_to(target)
+        argv = ["train", "--preset", "cpu-smoke", "--set", f"output_dir={tmp_path / 'run'}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert _one_line_error(err) and "is a link to nothing" in err
+    assert not target.parent.exists()
