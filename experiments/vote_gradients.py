@@ -45,7 +45,7 @@ from harness import command_of, experiment_parser, user_error
 from spy_env.config import GameConfig
 from spy_env.extras import require
 from spy_env.heldout import METRICS, evaluate_heldout, paired_difference, summarize
-from spy_env.io import refuse_existing_outputs, save_figure, save_pretrained, write_text
+from spy_env.io import refuse_existing_folder, refuse_existing_outputs, save_figure, save_pretrained, write_text
 from spy_env.prompts import VOTE_OWN_FIRST
 from trainers import SpyRLConfig, SpyRLTrainer
 from trainers.documents import training_documents
@@ -264,7 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     outputs = [out / "vote_gradients.json", out / "vote_gradients.png"]
     try:  # before the training, not after
         require([PLOTS])  # the chart is drawn after the training
-        refuse_existing_outputs([*outputs, *([args.save_model] if args.save_model else [])], overwrite=args.overwrite)
+        refuse_existing_outputs(outputs, overwrite=args.overwrite)
+        if args.save_model:  # --overwrite replaces a saved model only, never another folder
+            refuse_existing_folder(args.save_model, overwrite=args.overwrite, what="--save-model")
     except (ImportError, ValueError) as e:
         return user_error(e)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
