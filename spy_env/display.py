@@ -61,8 +61,9 @@ def markup_safe(text: object) -> str:
 
 
 # Default_Ignorable_Code_Point (Unicode DerivedCoreProperties.txt) outside the categories below:
-# Hangul fillers (Lo), which render as nothing in most fonts.
-_IGNORABLE_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
+# Hangul fillers (Lo), which render as nothing in most fonts; and symbols that render as a blank
+# although Unicode files them as visible (So): BRAILLE PATTERN BLANK, MUSICAL SYMBOL NULL NOTEHEAD.
+_IGNORABLE_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800\U0001d159")
 # Cc/Cf: controls and format characters (zero-width space, joiners, bidi marks, tags U+E0000..);
 # Mn/Me: combining marks, variation selectors (U+FE00.., U+E0100..), U+034F; Cn: unassigned
 # (U+2065, U+FFF0..U+FFF8, ...); Z*: separators.
@@ -72,8 +73,8 @@ _INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cn", "Co", "Cs", "Mn", "Me", "Zs
 def is_invisible(char: str) -> bool:
     """Whether a reader may not see ``char`` (one character) as a character of its own.
 
-    >>> [is_invisible(c) for c in "a<\\u200b\\u034f\\ufe0f\\u3164\\U000e0020 "]
-    [False, False, True, True, True, True, True, True]
+    >>> [is_invisible(c) for c in "a<\\u200b\\u034f\\ufe0f\\u3164\\U000e0020 \\u2800"]
+    [False, False, True, True, True, True, True, True, True]
     """
     return char in _IGNORABLE_LETTERS or unicodedata.category(char) in _INVISIBLE_CATEGORIES or char.isspace()
 

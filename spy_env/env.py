@@ -48,7 +48,9 @@ and the degraded spans.
 (``"ansi"`` returns the transcript, ``"human"`` prints it in colour). See :class:`GameConfig`.
 
 ``reset(seed=..., options=...)``: ``options`` may fix ``document_index`` or ``document_id``,
-``spy_seat`` and ``degrade_seed`` (games sharing all three are identical setups).
+``spy_seat`` and ``degrade_seed`` (games sharing all three are identical setups); any other key
+(but ``options``, the probe of PettingZoo's API checkers), or a value of the wrong type, is a
+``ValueError`` naming it.
 
 ## Version History
 
@@ -60,6 +62,7 @@ from __future__ import annotations
 import copy
 import functools
 import logging
+import numbers
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -86,6 +89,39 @@ __all__ = ["GameHost", "env", "make", "parallel_env", "raw_env"]
 
 _RENDER_MODES = ("ansi", "human")
 _OPTION_KEYS = ("document_index", "document_id", "spy_seat", "degrade_seed")
+# PettingZoo's api_test and parallel_api_test check that reset takes ``options`` with
+# ``reset(seed=0, options={"options": 1})``: a key named like the argument itself is that probe,
+# not a typo of an option, and is ignored so that the env passes PettingZoo's own checkers.
+_SIGNATURE_PROBE = "options"
+
+
+def _checked_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``reset``'s ``options`` as a dict; a key it does not know (a typo would otherwise be a game
+    the caller did not ask for) or a value of the wrong type is a ``ValueError`` naming the key.
+
+    >>> _checked_options({"evil": 1})
+    Traceback (most recent call last):
+    ...
+    ValueError: reset options: unknown key 'evil'; accepted: document_index, document_id, spy_seat, degrade_seed
+    """
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise ValueError(f"reset options must be a mapping, got {type(options).__name__}")
+    options = {key: value for key, value in options.items() if key != _SIGNATURE_PROBE}
+    unknown = [repr(key) for key in options if key not in _OPTION_KEYS]
+    if unknown:
+        keys = "key" if len(unknown) == 1 else "keys"
+        raise ValueError(f"reset options: unknown {keys} {', '.join(unknown)}; accepted: {', '.join(_OPTION_KEYS)}")
+    for key, value in options.items():
+        if key == "document_id":
+            if not isinstance(value, str):
+                raise ValueError(f"options['document_id'] must be a string, got {value!r}")
+        elif isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ValueError(f"options[{key!r}] must be an integer, got {value!r}")
+    if not 0 <= options.get("degrade_seed", 0) < 2**63:
+        raise ValueError(f"options['degrade_seed'] must be in 0..{2**63 - 1}, got {options['degrade_seed']}")
+    return options
 
 
 class _Text(spaces.Text):
@@ -198,10 +234,7 @@ class GameHost:
     def new_game(self, seed: int | None, options: Mapping[str, Any] | None) -> Game:
         if seed is not None:
             self.np_random, self.np_random_seed = seeding.np_random(seed)
-        options = dict(options or {})
-        unknown = sorted(set(options) - set(_OPTION_KEYS))
-        if unknown:
-            logger.debug("reset: ignoring unknown options %s", unknown)
+        options = _checked_options(options)
         cfg, rng = self.config, self.np_random
         # Always draw the same numbers in the same order, so options never shift the stream.
         drawn_index = int(rng.integers(len(self.documents)))

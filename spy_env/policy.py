@@ -49,9 +49,11 @@ def token_problem(
     """Why per-token numbers cannot come from a model, or ``None``: the one check of a backend's
     reply (:meth:`Action.problem`) and of a loaded buffer row (:func:`spy_env.buffer.row_problem`).
 
-    A logprob is finite and at most 0 (NaN only on a token decoding forced, mask 0: never scored);
-    logprobs and mask have one entry per completion token (when both are given); a vote
-    probability is in [0, 1] (1e-3 of rounding allowed). Linear, and in C when everything is fine.
+    Token ids are integers, mask entries 0 or 1, logprobs and vote probabilities real numbers
+    (a ``None``, a string or a bool is none of these); a logprob is finite and at most 0 (NaN only
+    on a token decoding forced, mask 0: never scored); logprobs and mask have one entry per
+    completion token (when both are given); a vote probability is in [0, 1] (1e-3 of rounding
+    allowed). Linear, and in C when everything is fine.
 
     >>> token_problem([1, 2, 3], [float("nan"), float("inf"), 5.0], [])
     'logprobs holds nan for a token the model chose'
@@ -59,7 +61,18 @@ def token_problem(
     'logprobs has 7 entries for 3 completion tokens'
     >>> token_problem([1, 2], [-0.5, float("nan")], [1, 0]) is None
     True
+    >>> token_problem([1], [None], [])
+    'logprobs holds None, not a number'
     """
+    for name, values, kind in (
+        ("completion_token_ids", token_ids, "an integer"),
+        ("completion_mask", mask, "0 or 1"),
+        ("logprobs", logprobs, "a number"),
+        ("vote_probs", vote_probs, "a number"),
+    ):
+        bad = _misfit(values, integral=kind != "a number", binary=kind == "0 or 1")
+        if bad is not _FITS:
+            return f"{name} holds {bad!r}, not {kind}"
     if logprobs and not (all(map(math.isfinite, logprobs)) and max(logprobs) <= LOGPROB_SLACK):
         for k, value in enumerate(logprobs):
             forced = k < len(mask) and mask[k] == 0
@@ -74,6 +87,22 @@ def token_problem(
         bad = next(v for v in vote_probs if not (math.isfinite(v) and 0 <= v <= 1.001))
         return f"vote probability {bad} is not in [0, 1]"
     return None
+
+
+_FITS = object()  # what _misfit returns when every value fits (None is a value that does not)
+
+
+def _misfit(values: Sequence[Any], *, integral: bool, binary: bool) -> Any:
+    """The first of ``values`` that is not a real number (an integer when ``integral``, 0 or 1 when
+    ``binary``), or ``_FITS``. The types are gathered in C; the Python loop runs only on odd types."""
+    types = set(map(type, values))
+    if types <= ({int} if integral else {float, int}) and not (binary and not set(values) <= {0, 1}):
+        return _FITS
+    kind = numbers.Integral if integral else numbers.Real
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, kind) or (binary and value not in (0, 1)):
+            return value
+    return _FITS
 
 
 @dataclass(frozen=True)

@@ -238,6 +238,7 @@ def test_a_buffer_with_impossible_numbers_is_refused(tmp_path, fields, needle, c
     """Item 4: such a buffer was accepted by ``replay``, ``view`` and the trainer's readers (all load
     through ``spy_env.buffer.checked_row``)."""
     path = EpisodeBuffer([{**ROW, **fields}]).save(tmp_path / "b.parquet")
+    capsys.readouterr()  # the set-up's output (datasets' progress bar, until a command silenced it) is not checked
     argv = ["replay", str(path)] if command == "replay" else ["view", str(path), "-o", str(tmp_path / "p.html")]
     assert main(argv) == 2
     err = capsys.readouterr().err

@@ -4,6 +4,10 @@ A plain ASGI middleware (no OpenEnv import), so every limit answers before OpenE
 
 * an HTTP body over ``max_request_bytes`` is a 413 (read at most that many bytes, never the whole
   body); a WebSocket message over it is refused by uvicorn (``ws_max_size``, set by ``serve``);
+* an HTTP body or WebSocket message that is not JSON, or nests deeper than
+  :data:`spy_env.io.MAX_DEPTH` levels, is a 400 (an error frame over WebSocket, the session going on)
+  with a one-line reason: the routes behind read it with a parser that recurses, and a
+  ``RecursionError`` there is a 500 and a traceback in the log;
 * a client (by peer address) holding ``per_client`` WebSocket sessions gets an error frame
   (``CAPACITY_REACHED``, OpenEnv's own code) and a close, instead of another session;
 * a WebSocket session whose client sends nothing for ``idle_timeout_s`` gets an error frame saying so
@@ -16,14 +20,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import numbers
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["GuardMiddleware", "ServeLimits"]
+from spy_env.io import parse_json
+
+__all__ = ["MAX_IDLE_TIMEOUT_S", "GuardMiddleware", "ServeLimits"]
 
 Scope = dict[str, Any]
+# A session idle this long is abandoned; a larger (or infinite) timeout would be no limit at all.
+MAX_IDLE_TIMEOUT_S = 86_400.0
+# Bodies larger than this are parsed on a worker thread, so the event loop goes on answering.
+_INLINE_PARSE_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -40,19 +52,23 @@ class ServeLimits:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if not self.idle_timeout_s > 0:
-            raise ValueError(f"idle_timeout_s must be > 0, got {self.idle_timeout_s!r}")
+        timeout = self.idle_timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not math.isfinite(timeout):
+            raise ValueError(f"idle_timeout_s must be a finite number of seconds, got {timeout!r}")
+        if not 0 < timeout <= MAX_IDLE_TIMEOUT_S:
+            raise ValueError(f"idle_timeout_s must be > 0 and at most {MAX_IDLE_TIMEOUT_S:g}, got {timeout!r}")
 
 
 class GuardMiddleware:
     """ASGI middleware enforcing :class:`ServeLimits` (see the module's docstring)."""
 
     def __init__(
-        self, app: Any, limits: ServeLimits, check_body: Callable[[str, bytes], str | None] | None = None
+        self, app: Any, limits: ServeLimits, check_body: Callable[[str, Any], str | None] | None = None
     ) -> None:
         self.app = app
         self.limits = limits
-        self.check_body = check_body  # (path, body) -> a client mistake's one-line reason, or None
+        # (path, the body's JSON value, None when empty) -> a client mistake's one-line reason, or None
+        self.check_body = check_body
         self.live: Counter[str] = Counter()  # WebSocket sessions per client address
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
@@ -69,24 +85,21 @@ class GuardMiddleware:
         if declared and (not declared.isdigit() or int(declared) > limit):
             await _reply(send, 413, f"request body over {limit} bytes")
             return
-        body = bytearray()
-        while True:
-            try:
-                message = await receive()
-            except asyncio.CancelledError:  # the server stops (Ctrl-C) while a client is half-way through a body
-                return
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            if len(body) > limit:
-                await _reply(send, 413, f"request body over {limit} bytes")
-                return
-            if not message.get("more_body", False):
-                break
-        if scope.get("path") == "/mcp" and _jsonrpc_method(body) == "openenv/session/create":
+        body = await _read_body(receive, limit)
+        if body is None:  # the client left, or the server stops
+            return
+        if len(body) > limit:
+            await _reply(send, 413, f"request body over {limit} bytes")
+            return
+        try:
+            request = await _parsed(body, "request body") if body else None
+        except ValueError as e:
+            await _reply(send, 400, str(e))
+            return
+        if scope.get("path") == "/mcp" and _jsonrpc_method(request) == "openenv/session/create":
             await _reply(send, 400, "MCP sessions are not offered: the game has no MCP tools; play over /ws")
             return
-        problem = self.check_body(str(scope.get("path")), bytes(body)) if self.check_body else None
+        problem = self.check_body(str(scope.get("path")), request) if self.check_body else None
         if problem:
             await _reply(send, 400, problem)
             return
@@ -96,7 +109,7 @@ class GuardMiddleware:
             nonlocal replayed
             if not replayed:
                 replayed = True
-                return {"type": "http.request", "body": bytes(body), "more_body": False}
+                return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
         await self.app(scope, replay, send)
@@ -127,20 +140,60 @@ class GuardMiddleware:
                     await send({"type": "websocket.send", "text": _ws_error(message, "SESSION_ERROR")})
                 return {"type": "websocket.disconnect", "code": 1001}
 
+        async def json_receive() -> dict[str, Any]:
+            """The next message that is JSON; each other one is answered with an error frame."""
+            while True:
+                message = await idle_receive()
+                data = message.get("text") if message.get("text") is not None else message.get("bytes")
+                if message["type"] != "websocket.receive" or data is None:
+                    return message
+                try:
+                    await _parsed(data, "message")
+                    return message
+                except ValueError as e:
+                    await send({"type": "websocket.send", "text": _ws_refusal(str(scope.get("path")), str(e))})
+
         try:
-            await self.app(scope, idle_receive, watch_send)
+            await self.app(scope, json_receive, watch_send)
         finally:
             self.live[client] -= 1
             if self.live[client] <= 0:
                 del self.live[client]
 
 
-def _jsonrpc_method(body: bytes) -> str | None:
-    try:
-        request = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return request.get("method") if isinstance(request, dict) else None
+async def _read_body(receive: Any, limit: int) -> bytes | None:
+    """The request's body, or its first bytes past ``limit``; ``None`` when the client disconnects
+    or the server stops (Ctrl-C) while a client is half-way through a body."""
+    body = bytearray()
+    while True:
+        try:
+            message = await receive()
+        except asyncio.CancelledError:
+            return None
+        if message["type"] == "http.disconnect":
+            return None
+        body += message.get("body", b"")
+        if len(body) > limit or not message.get("more_body", False):
+            return bytes(body)
+
+
+async def _parsed(data: str | bytes, where: str) -> Any:
+    """``data``'s JSON value, read with the depth-checked parser; a ``ValueError`` naming ``where``."""
+    if len(data) > _INLINE_PARSE_BYTES:
+        return await asyncio.to_thread(parse_json, data, where)
+    return parse_json(data, where)
+
+
+def _jsonrpc_method(request: Any) -> str | None:
+    method = request.get("method") if isinstance(request, dict) else None
+    return method if isinstance(method, str) else None
+
+
+def _ws_refusal(path: str, message: str) -> str:
+    """An error frame for a message that is not JSON, in the shape the route's clients read."""
+    if path == "/mcp":  # JSON-RPC 2.0: a parse error carries no request id
+        return json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": message}})
+    return _ws_error(message, "INVALID_JSON")
 
 
 def _ws_error(message: str, code: str) -> str:

@@ -20,7 +20,6 @@ own environment, so concurrent sessions never share a game.
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -290,8 +289,9 @@ def create_spy_app(
     environment per WebSocket session, every session sharing one :class:`SeatPolicies` (models are
     loaded here, before the app exists), behind :class:`~spyrl.integrations._guard.GuardMiddleware`.
 
-    A client's mistake (a bad seat, seed or option, ``/step`` without a game) is an HTTP 4xx with a
-    one-line ``detail`` and the same message in a WebSocket error frame. No authentication: anyone who
+    A client's mistake (a body or message that is not JSON or nests too deep, a bad seat, seed or
+    option, ``/step`` without a game) is an HTTP 4xx with a one-line ``detail`` and the same message
+    in a WebSocket error frame. No authentication: anyone who
     reaches the port can play (bind to the loopback, the default, or put it behind a proxy that checks).
     """
     from fastapi.exceptions import RequestValidationError
@@ -333,20 +333,16 @@ def create_spy_app(
     return app
 
 
-def _strict_reset(path: str, body: bytes) -> str | None:
-    """HTTP ``/reset``'s ``seed`` as sent: OpenEnv's request model would turn ``true`` or ``"3"`` into
-    an integer, and a JSON ``true`` is no seed (the WebSocket path checks the same in ``reset``)."""
-    if path != "/reset" or not body:
+def _strict_reset(path: str, request: Any) -> str | None:
+    """HTTP ``/reset``'s ``seed`` as sent (``request``, the body's JSON value, read by the guard with
+    the depth-checked parser): OpenEnv's request model would turn ``true`` or ``"3"`` into an
+    integer, and a JSON ``true`` is no seed (the WebSocket path checks the same in ``reset``)."""
+    if path != "/reset" or not isinstance(request, dict) or request.get("seed") is None:
         return None
     try:
-        request = json.loads(body)
-    except ValueError:
-        return None  # OpenEnv answers malformed JSON itself (422)
-    if isinstance(request, dict) and request.get("seed") is not None:
-        try:
-            _integer("seed", request["seed"], 0, 2**63 - 1)
-        except ClientError as e:
-            return str(e)
+        _integer("seed", request["seed"], 0, 2**63 - 1)
+    except ClientError as e:
+        return str(e)
     return None
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import math
 import socket
+
+from spyrl.integrations._guard import MAX_IDLE_TIMEOUT_S
 
 __all__ = ["add_serve_command", "cmd_serve"]
 
@@ -40,7 +43,10 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-sessions", type=int, default=64, help="concurrent WebSocket sessions, all clients together")
     p.add_argument("--per-client", type=int, default=16, help="concurrent WebSocket sessions of one client address")
     p.add_argument(
-        "--idle-timeout", type=float, default=300.0, help="seconds a session may wait for its client (default 300)"
+        "--idle-timeout",
+        type=float,
+        default=300.0,
+        help="seconds a session may wait for its client (default 300, at most 86400)",
     )
     p.add_argument(
         "--max-request-bytes", type=int, default=1_000_000, help="largest HTTP body or WebSocket message (bytes)"
@@ -64,8 +70,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise ValueError(f"{flag} must be >= 1, got {value}")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    if not args.idle_timeout > 0:
-        raise ValueError(f"--idle-timeout must be > 0, got {args.idle_timeout}")
+    if not (math.isfinite(args.idle_timeout) and 0 < args.idle_timeout <= MAX_IDLE_TIMEOUT_S):
+        raise ValueError(
+            f"--idle-timeout must be > 0 and at most {MAX_IDLE_TIMEOUT_S:g} seconds, got {args.idle_timeout}"
+        )
     specs = [s.strip() for s in args.seats.split(",")]
     for spec in specs:
         problem = spec_problem(spec)
