@@ -762,3 +762,14 @@ def test_a_nan_reward_is_an_error_naming_the_file_and_row(tmp_path, command, cap
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "nan.parquet" in err and "row 1" in err and "reward nan is not a finite number" in err
+
+
+@pytest.mark.parametrize("game", ["[" * 100_000, "[1]", "not json"])
+def test_a_datasets_forged_game_column_is_a_value_error_naming_the_row(game):
+    """The TRL/verifiers reward's row check parsed a dataset's ``game`` column with an unbounded
+    ``json.loads``: 100,000 brackets were a RecursionError, a list an AttributeError."""
+    from spy_env.config import GameConfig
+    from spyrl.integrations._games import check_rows
+
+    with pytest.raises(ValueError, match="reward: row 0's game"):
+        check_rows(GameConfig(), [{"game": game, "seat": 0, "spy_seat": 0}], "reward")

@@ -21,6 +21,7 @@ from agents.sampling import SamplingParams
 from spy_env.buffer import reset_args
 from spy_env.config import GameConfig
 from spy_env.env import parallel_env
+from spy_env.io import parse_json
 from spy_env.policy import Action, Policy
 from spy_env.rewards import weighted_reward
 from spy_env.runner import Runner
@@ -67,7 +68,9 @@ def check_rows(config: GameConfig, rows: Sequence[Mapping[str, Any]], who: str) 
     for i, row in enumerate(rows):
         recorded = row.get("game")
         if recorded is not None and recorded != key:
-            theirs, ours = json.loads(recorded), json.loads(key)
+            theirs, ours = parse_json(str(recorded), f"{who}: row {i}'s game"), json.loads(key)
+            if not isinstance(theirs, dict):
+                raise ValueError(f"{who}: row {i}'s game is not a GameConfig (a JSON object)")
             fields = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
             raise ValueError(
                 f"{who}: row {i} was played with another GameConfig (differs in {fields}); "
