@@ -1,4 +1,4 @@
-"""docs/FIDELITY.md names only functions and tests that exist."""
+"""docs/FIDELITY.md and docs/SAFETY.md name only functions and tests that exist."""
 
 from __future__ import annotations
 
@@ -48,3 +48,18 @@ def test_named_tests_exist(path, name):
 def test_named_files_exist():
     for path in re.findall(r"`((?:benchmarks|examples|docs)/[\w/.]+)`", FIDELITY):
         assert (ROOT / path).exists(), path
+
+
+SAFETY = (ROOT / "docs" / "SAFETY.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("path,name", sorted(set(re.findall(r"`(tests/\w+\.py)::(\w+)`", SAFETY))))
+def test_the_tests_docs_safety_names_exist(path, name):
+    """docs/SAFETY.md lists each guarantee with the test that holds it: that test exists."""
+    assert re.search(rf"^def {name}\(", (ROOT / path).read_text(encoding="utf-8"), re.M), f"{path}::{name}"
+
+
+def test_every_guarantee_line_of_docs_safety_names_a_test():
+    guarantees = [line for line in SAFETY.splitlines() if line.startswith("- ")]
+    assert len(guarantees) >= 15
+    assert all(re.search(r" — `tests/\w+\.py::\w+`", line) for line in guarantees), guarantees
