@@ -23,10 +23,11 @@ summarises the forfeits of a buffer.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -115,7 +116,7 @@ class Runner:
         options: Callable[[int], Mapping[str, Any]] | None = None,
         spy: Policy | None = None,
     ) -> EpisodeBuffer:
-        """Play ``num_games`` games and return their rows.
+        """Play ``num_games`` games and return their rows (:meth:`play`, every game kept in memory).
 
         ``options(game_index)``, when given, adds reset options to a game (e.g. ``{"spy_seat": 2}``
         so a tournament can choose which agent is the spy); they override the drawn ones.
@@ -124,58 +125,91 @@ class Runner:
         policy: the other seats are then a fixed scene the spy plays against, and only the spy's rows are
         marked ``trainable`` (the spy-v1 leaderboard's arrangement, for training a spy against fixed players).
         """
+        buffer = EpisodeBuffer()
+        games = self.play(
+            policies,
+            num_games,
+            seed=seed,
+            policy_version=policy_version,
+            progress=progress,
+            first_game_id=first_game_id,
+            options=options,
+            spy=spy,
+        )
+        for rows in games:
+            buffer.extend(rows)
+        return buffer
+
+    def play(
+        self,
+        policies: SeatPolicies,
+        num_games: int,
+        *,
+        seed: int = 0,
+        policy_version: int = 0,
+        progress: bool = False,
+        first_game_id: int = 0,
+        options: Callable[[int], Mapping[str, Any]] | None = None,
+        spy: Policy | None = None,
+    ) -> Iterator[list[dict[str, Any]]]:
+        """Play ``num_games`` games (arguments as :meth:`run`), yielding each game's rows as it ends.
+
+        Memory holds the games in play (``max_concurrent_games`` at a time, batched as in :meth:`run`), not the
+        finished ones: a consumer that writes each game out (``spyrl rollout``, :class:`~spy_env.buffer.BufferWriter`)
+        plays any number of games, and when it stops, every game it received is whole.
+        """
         if num_games < 0:
             raise ValueError(f"num_games must be >= 0, got {num_games}")
-        setups = self._setups(num_games, seed)
         self._warned, self._spy = set(), spy
-        if options is not None:
-            for i, setup in enumerate(setups):
-                setup["options"] = {**setup["options"], **options(i)}
-        buffer = EpisodeBuffer()
-        tracker = _Progress(num_games, progress)
-        with tracker:
-            for start in range(0, num_games, self.max_concurrent_games):
-                batch = setups[start : start + self.max_concurrent_games]
-                slots = [
-                    self._start(first_game_id + i, setup, policies)
-                    for i, setup in zip(range(start, start + len(batch)), batch, strict=True)
-                ]
+        setups = self._deal(num_games, seed)
+        with _Progress(num_games, progress) as tracker:
+            for start in itertools.count(0, self.max_concurrent_games):
+                batch = list(itertools.islice(setups, self.max_concurrent_games))
+                if not batch:
+                    break
+                if options is not None:  # they override the drawn ones
+                    for i, setup in enumerate(batch, start):
+                        setup["options"] = {**setup["options"], **options(i)}
+                slots = [self._start(first_game_id + i, setup, policies) for i, setup in enumerate(batch, start)]
                 while slots:
                     game = slots[0].game
                     tracker.stage(f"round {game.round + 1} · {game.stage.value}")
                     self._stage(slots, policy_version)
                     for slot in [s for s in slots if s.game.done]:
-                        buffer.extend(self._finish(slot))
                         slots.remove(slot)
                         tracker.advance()
-        return buffer
+                        yield self._finish(slot)
 
     # ------------------------------------------------------------- internals
     def _setups(self, num_games: int, seed: int) -> list[dict[str, Any]]:
-        """Per-game seed and reset options, decided up front from one seed."""
+        """Per-game seed and reset options, decided up front from one seed (:meth:`_deal`, as a list)."""
+        return list(self._deal(num_games, seed))
+
+    def _deal(self, num_games: int, seed: int) -> Iterator[dict[str, Any]]:
+        """Each game's seed and reset options in turn, drawn from one seed: the deal of a call does not depend
+        on how many of its games are dealt at once (a run of 10**12 games holds no list of them)."""
         rng = np.random.default_rng(seed)
         n_groups = -(-num_games // self.games_per_document)
         order = rng.permutation(len(self.documents))
-        setups = []
+        balanced = None
+        if self.spy_seats == "balanced":  # its own stream: the documents, masks and seeds stay the random deal's
+            balanced = _balanced_stream(self.config.n_players, np.random.default_rng([seed, 1]))
+        dealt = 0
         for group in range(n_groups):
             document_index = int(order[group % len(order)])
             shared = {
                 "spy_seat": int(rng.integers(self.config.n_players)),
                 "degrade_seed": int(rng.integers(2**63 - 1)),
             }
-            for _ in range(self.games_per_document):
-                if len(setups) == num_games:
-                    break
+            group_seat = next(balanced) if balanced is not None and self.replay_setup else None
+            for _ in range(min(self.games_per_document, num_games - dealt)):
                 options = {"document_index": document_index}
                 if self.replay_setup:
                     options.update(shared)
-                setups.append({"seed": int(rng.integers(2**31 - 1)), "group": group, "options": options})
-        if self.spy_seats == "balanced":  # its own stream: the documents, masks and seeds stay the random deal's
-            units = n_groups if self.replay_setup else num_games
-            seats = balanced_seats(units, self.config.n_players, np.random.default_rng([seed, 1]))
-            for i, setup in enumerate(setups):
-                setup["options"]["spy_seat"] = seats[setup["group"] if self.replay_setup else i]
-        return setups
+                if balanced is not None:
+                    options["spy_seat"] = group_seat if self.replay_setup else next(balanced)
+                dealt += 1
+                yield {"seed": int(rng.integers(2**31 - 1)), "group": group, "options": options}
 
     def _host(self, i: int) -> GameHost:
         while len(self._hosts) <= i:
@@ -411,8 +445,13 @@ def balanced_seats(count: int, n_players: int, rng: np.random.Generator) -> list
     >>> sorted(seats[:5]), sorted(seats[5:10]), len(seats)
     ([0, 1, 2, 3, 4], [0, 1, 2, 3, 4], 12)
     """
-    rounds = -(-count // n_players)
-    return [int(s) for _ in range(rounds) for s in rng.permutation(n_players)][:count]
+    return list(itertools.islice(_balanced_stream(n_players, rng), count))
+
+
+def _balanced_stream(n_players: int, rng: np.random.Generator) -> Iterator[int]:
+    """The seats of :func:`balanced_seats`, one at a time and without end."""
+    while True:
+        yield from (int(s) for s in rng.permutation(n_players))
 
 
 def rollout(

@@ -428,21 +428,39 @@ def cmd_play(args: argparse.Namespace) -> int:
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
+    """Play the games and write each to ``--out`` as it ends: memory holds the games in play, not the run, and
+    Ctrl-C (or a crash) leaves the finished games there, whole, and says how many."""
+    from contextlib import closing
+
+    from spy_env.buffer import EpisodeBuffer, stream_rows
     from spy_env.metrics import game_metrics
     from spy_env.runner import Runner
 
+    for flag, count in (("--games", args.games), ("--games-per-document", args.games_per_document)):
+        if count < 1:
+            raise ValueError(f"{flag} must be at least 1, got {count}")
     config = _game_config(args)
-    check_output(args.out, overwrite=args.overwrite, suffixes=BUFFER_SUFFIXES)
+    path = check_output(args.out, overwrite=args.overwrite, suffixes=BUFFER_SUFFIXES)
     policies = _seat_policies(args, config.n_players)
     runner = Runner(
         config, games_per_document=args.games_per_document, replay_setup=args.replay_setup, spy_seats=args.spy_seats
     )
-    buffer = runner.run(policies, args.games, seed=args.seed, progress=not args.quiet)
-    path = buffer.save(args.out)
-    metrics = game_metrics(buffer)
-    console.print(f"{len(buffer)} rows from {args.games} games written to {markup_safe(path)}")
+    writer = EpisodeBuffer.writer(path)
+    try:
+        games = runner.play(policies, args.games, seed=args.seed, progress=not args.quiet)
+        with writer, closing(games):  # the progress bar ends before the file is completed
+            metrics = game_metrics(writer.write_games(games))
+    except BaseException:
+        if writer.kept:
+            errors.print(
+                f"kept the {writer.kept} finished games of {args.games} in {markup_safe(path)}",
+                highlight=False,
+                soft_wrap=True,
+            )
+        raise
+    console.print(f"{writer.rows} rows from {writer.kept} games written to {markup_safe(path)}")
     console.print(json.dumps({k: round(v, 4) for k, v in metrics.items()}, indent=2))
-    return _report_forfeits(buffer.rows, args)
+    return _report_forfeits(stream_rows(path, ("agent_name", "error")), args)  # read back, a batch at a time
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -807,10 +825,10 @@ def _add_play_command(sub: argparse._SubParsersAction) -> None:
 def _add_rollout_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rollout", help="play N games and save an episode buffer")
     _add_game_args(p)
-    p.add_argument("--games", type=int, default=100)
-    p.add_argument("--out", required=True, help="output file, .parquet or .jsonl")
+    p.add_argument("--games", type=int, default=100, help="games to play (at least 1); Ctrl-C keeps the finished ones")
+    p.add_argument("--out", required=True, help="output file, .parquet or .jsonl, written as the games end")
     _add_overwrite(p)
-    p.add_argument("--games-per-document", type=int, default=1)
+    p.add_argument("--games-per-document", type=int, default=1, help="consecutive games that share a document")
     p.add_argument("--replay-setup", action="store_true", help="games of a group share spy seat and masks")
     p.add_argument(
         "--spy-seats", choices=SPY_SEATS, default="random",

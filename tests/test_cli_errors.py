@@ -121,7 +121,7 @@ def test_a_real_bug_keeps_its_traceback_and_debug_shows_every_one(tmp_path, monk
     def broken(*args, **kwargs):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(spy_env.runner.Runner, "run", broken)
+    monkeypatch.setattr(spy_env.runner.Runner, "play", broken)  # rollout plays its games through Runner.play
     with pytest.raises(KeyError):
         main(["rollout", "--games", "1", "--out", str(tmp_path / "x.parquet")])
     with pytest.raises(ValueError, match="must end in"):  # a user mistake, re-raised under --debug
