@@ -243,7 +243,7 @@ def test_spyrl_play_with_the_vllm_backend_finishes_a_five_player_game(tmp_path):
          "--out", str(tmp_path / "game.parquet")],
         capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.returncode == 0, run.stderr[-3000:] + "\n--- stdout ---\n" + run.stdout[-1500:]
     assert "The spy was Player" in run.stdout
     from spy_env.buffer import EpisodeBuffer
 
