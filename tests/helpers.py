@@ -16,11 +16,11 @@ from typing import Any
 
 import spy_env
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "lab" / "experiments"
 
 
 def experiment_module(name: str) -> ModuleType:
-    """``experiments/NAME.py`` loaded as a module, with its folder on the import path while it loads (as
+    """``lab/experiments/NAME.py`` loaded as a module, with its folder on the import path while it loads (as
     Python gives a script run from the command line: its neighbours, ``harness`` first, import plainly).
     Registered under ``name`` (its dataclasses look their module up)."""
     sys.path.insert(0, str(EXPERIMENTS))

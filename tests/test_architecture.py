@@ -32,7 +32,7 @@ FORBIDDEN = {
 }
 CODE = [
     p
-    for folder in (*PACKAGES, "benchmarks", "experiments", "examples", "tools")
+    for folder in (*PACKAGES, "benchmarks", "lab/experiments", "examples", "tools")
     for p in sorted((ROOT / folder).rglob("*.py"))
 ]
 
@@ -91,7 +91,7 @@ CITED_SECTION = re.compile(r"\b([A-Z][A-Z_]+)(?:\.md)?\s+\u00a7")  # a document'
 PLACEHOLDERS = {"FILE", "OUT", "PATH", "NAME", "DIR"}  # usage lines: ``tests/FILE.py``, ``--out OUT.md``
 OUTPUTS = ("runs/",)  # what commands write (git-ignored), named in docs as their output
 MD_LINK_TEXT = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")  # a link's text may shorten its target: keep the target
-DOCS = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]
+DOCS = [*sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "lab").rglob("*.md")), ROOT / "README.md"]
 
 
 def _repository_files() -> set[Path]:

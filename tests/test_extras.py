@@ -103,10 +103,10 @@ def test_require_reports_each_missing_module_once_and_passes_when_all_are_there(
     )
 
 
-@pytest.mark.parametrize("script", ["experiments/smollm2_selfplay.py", "experiments/vote_gradients.py"])
+@pytest.mark.parametrize("script", ["lab/experiments/smollm2_selfplay.py", "lab/experiments/vote_gradients.py"])
 def test_experiments_check_their_chart_before_training(script, tmp_path):
     # as `python SCRIPT` runs it (its folder first on the import path), with matplotlib made unimportable
-    code = f"import runpy, sys; sys.path.insert(0, 'experiments'); sys.modules['matplotlib'] = None; sys.argv = [{script!r}, '--quick', '--out', {str(tmp_path / 'out')!r}]; runpy.run_path({script!r}, run_name='__main__')"
+    code = f"import runpy, sys; sys.path.insert(0, 'lab/experiments'); sys.modules['matplotlib'] = None; sys.argv = [{script!r}, '--quick', '--out', {str(tmp_path / 'out')!r}]; runpy.run_path({script!r}, run_name='__main__')"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert (

@@ -25,7 +25,7 @@ MOVED = {
     "Training (SpyRL GRPO)": "docs/TRAINING.md",
     "Evaluation": "docs/EVALUATION.md",
     "Leaderboard": "docs/EVALUATION.md",
-    "Does it learn?": "docs/RESULTS.md",
+    "Does it learn?": "lab/RESULTS.md",
     "Performance": "docs/PERFORMANCE.md",
     "Safety": "docs/SAFETY.md",
 }

@@ -1,4 +1,4 @@
-"""Rule baselines (agents/rules.py), the length-matched performer and the table of experiments/rule_baselines.py."""
+"""Rule baselines (agents/rules.py), the length-matched performer and the table of lab/experiments/rule_baselines.py."""
 
 from __future__ import annotations
 
@@ -229,8 +229,8 @@ def _experiment():
 
 
 def test_committed_rule_table_is_current_and_on_the_experiments_games(tmp_path):
-    committed = json.loads((ROOT / "docs" / "experiment" / "rule_baselines.json").read_text())
-    disjoint = json.loads((ROOT / "docs" / "experiment" / "rule_baselines_disjoint.json").read_text())
+    committed = json.loads((ROOT / "lab" / "results" / "rule_baselines.json").read_text())
+    disjoint = json.loads((ROOT / "lab" / "results" / "rule_baselines_disjoint.json").read_text())
     committed["settings"].update(disjoint["settings"])
     out = tmp_path / "rules.json"
     only = "eased-heldout,tuning-validation,matched-heldout,disjoint-heldout"
@@ -252,7 +252,7 @@ def test_committed_rule_table_is_current_and_on_the_experiments_games(tmp_path):
 
 
 def test_readme_first_result_names_the_strongest_rule_on_the_same_games():
-    committed = json.loads((ROOT / "docs" / "experiment" / "rule_baselines.json").read_text())
+    committed = json.loads((ROOT / "lab" / "results" / "rule_baselines.json").read_text())
     eased = committed["settings"]["eased-heldout"]
     rule = eased["strongest_rule"]
     score = eased["voters"][rule]["detection_accuracy"]["mean"]

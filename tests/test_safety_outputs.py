@@ -345,7 +345,7 @@ def test_a_link_to_nothing_at_an_output_is_refused_by_what_it_is(tmp_path, capsy
 
 
 def test_vote_gradients_refuses_a_foreign_save_model_folder_before_it_trains(tmp_path):
-    """experiments/vote_gradients.py checked --save-model only as "exists"; with --overwrite it trained, then
+    """lab/experiments/vote_gradients.py checked --save-model only as "exists"; with --overwrite it trained, then
     (since save_pretrained refuses) failed after the work."""
     import subprocess
     import sys
@@ -354,7 +354,7 @@ def test_vote_gradients_refuses_a_foreign_save_model_folder_before_it_trains(tmp
     thesis.mkdir()
     (thesis / "ch1.tex").write_text("years of work")
     run = subprocess.run(
-        [sys.executable, "experiments/vote_gradients.py", "--save-model", str(thesis), "--overwrite",
+        [sys.executable, "lab/experiments/vote_gradients.py", "--save-model", str(thesis), "--overwrite",
          "--out", str(tmp_path / "out")],
         capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1],
     )  # fmt: skip

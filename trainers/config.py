@@ -11,7 +11,7 @@ Presets (``SpyRLConfig.preset(name, **overrides)``, values in :mod:`trainers.pre
   tokens, 5 players, 1 round, bf16, gradient checkpointing, colocated vLLM rollouts
   (``generation=vllm-server`` for a separate ``trl vllm-serve``).
 - ``smollm2-cpu``: SmolLM2-135M-Instruct on CPU, tiny batches, one iteration of each stage.
-- ``smollm2-selfplay``: SmolLM2 learning to detect the spy on CPU (docs/experiment/TUNING.md): an eased
+- ``smollm2-selfplay``: SmolLM2 learning to detect the spy on CPU: an eased
   3-player game, constrained votes, ``vote_gradient=expected`` (not the paper's estimator), ``batch``
   advantage groups, detection only.
 - ``cpu-smoke``: a tiny random model built on the fly; minutes on CPU.
@@ -182,7 +182,7 @@ class SpyRLConfig:
             )
         if advantages.perform_reward == "expected" and advantages.perform_group_norm:
             # (r − b_role)/(std_g + ε) is only centred by b_role: continuous rewards whose replays differ by a
-            # hair divide a large r − b by a tiny std (a gradient norm of 3,424 in issue #26's sixth attempt)
+            # hair divide a large r − b by a tiny std (a gradient norm of 3,424 measured in one such run)
             raise bad(advantages, "perform_reward", "'sampled' when perform_group_norm is on")
         if rollout.forward_votes and (decoding.vote_mode != "constrained" or decoding.top_p < 1):
             raise bad(rollout, "forward_votes", "False unless decoding.vote_mode is 'constrained' and top_p 1")

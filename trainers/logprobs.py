@@ -4,7 +4,7 @@ A token chosen among a few allowed ones (a vote's seat, :class:`trainers.choices
 from the model's distribution *renormalised over those tokens*, so that is the log-probability it
 gets here: scoring it under the whole vocabulary would add ``∇log P(allowed)`` to its gradient
 (SmolLM2 puts only ~35% of its mass on the legal seats after ``<vote>``) and move its ratio with
-the mass of tokens that could never be drawn (docs/experiment/TUNING.md, "The difference").
+the mass of tokens that could never be drawn.
 """
 
 from __future__ import annotations

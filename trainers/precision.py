@@ -2,7 +2,7 @@
 
 At lr 1e-6 an AdamW step moves a weight by ~1e-6, far below half a bf16 ulp of a weight of 0.02
 (~6e-5): AdamW run on bf16 parameters leaves almost every weight unchanged (1.9% of N(0, 0.02)
-weights moved after 3 steps, issue #20). :class:`MasterAdamW` is AdamW with an fp32 master copy of
+weights moved after 3 steps). :class:`MasterAdamW` is AdamW with an fp32 master copy of
 each low-precision parameter: gradients are upcast, the step (moments included) runs in fp32 on the
 master, and the parameter becomes the master rounded to its dtype. The model keeps computing in
 bf16; updates accumulate in fp32 until they cross a bf16 step, as in mixed-precision training.

@@ -97,10 +97,10 @@ PRESETS: dict[str, dict[str, Any]] = {
             "output_dir": "runs/smollm2-cpu",
         },
     },
-    # SmolLM2 learning to detect the spy on CPU within the hour (experiments/vote_gradients.py): an eased game
+    # SmolLM2 learning to detect the spy on CPU within the hour: an eased game
     # (3 players, the spy gets no text, 600-character documents), votes constrained to a seat and played in one
     # forward pass each, only the seat token scored, one on-policy update of 8 civilian votes an iteration
-    # normalised over the batch (docs/experiment/TUNING.md, "The difference").
+    # normalised over the batch.
     "smollm2-selfplay": {
         "game": {"n_players": 3, "degrade": "blank", "max_document_chars": 600},
         "model": {

@@ -62,7 +62,7 @@ class AdvantageConfig:
         "Normalise detection rewards within: game (its voters, Eq. 5), prompt (one seat's vote across the "
         "games_per_document games of a replay_setup group: same document, spy and masks) or batch (all of the "
         "iteration's votes, over every process: with few voters a game, e.g. 2 civilians of 3 players, Eq. 5 zeroes "
-        "every game whose voters agree; docs/experiment/TUNING.md). A name in trainers.groups.ADVANTAGE_GROUPINGS.",
+        "every game whose voters agree). A name in trainers.groups.ADVANTAGE_GROUPINGS.",
     )
     vote_gradient: str = setting(
         "sampled",
