@@ -4,6 +4,7 @@ games, from the leaderboard's own result files."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from spy_env.heldout import paired_difference
 from tests.helpers import experiment_module
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMITTED = [ROOT / "lab" / "results" / "selfplay" / attempt for attempt in ("attempt23", "attempt24")]
+COMMITTED = [ROOT / "lab" / "results" / "selfplay" / folder for folder in ("attempt23", "attempt24", "audit")]
 
 
 @pytest.fixture(scope="module")
@@ -89,12 +90,23 @@ def test_references_pair_each_seed_with_its_own(seed_pool, tmp_path):
 def test_committed_pools_are_the_committed_leaderboard_files(seed_pool, tmp_path):
     """Each committed pool is what the script makes from the leaderboard files it names."""
     pools = sorted(path for folder in COMMITTED for path in folder.glob("pool_*.json"))
-    assert {path.parent.name for path in pools} == {"attempt23", "attempt24"}
+    assert {path.parent.name for path in pools} == {"attempt23", "attempt24", "audit"}
     for path in pools:
         committed = json.loads(path.read_text(encoding="utf-8"))
+        words = shlex.split(committed["command"])  # python lab/experiments/seed_pool.py ARGS --out PATH
+        assert words[:2] == ["python", "lab/experiments/seed_pool.py"] and words[-2:] == [
+            "--out",
+            str(path.relative_to(ROOT)),
+        ]
         out = tmp_path / path.name
-        against = ["--base", str(ROOT / committed["base"])] if committed["base"] else ["--references"]
-        against += [str(ROOT / f) for f in committed["references"] or []]
-        seeds = [str(ROOT / f) for f in committed["seeds"]]
-        assert seed_pool.main([*against, "--seeds", *seeds, "--out", str(out)]) == 0
+        argv = [str(ROOT / w) if (ROOT / w).is_file() else w for w in words[2:-2]]
+        assert seed_pool.main([*argv, "--out", str(out)]) == 0
         assert json.loads(out.read_text(encoding="utf-8"))["scores"] == committed["scores"]
+
+
+def test_the_pooled_intervals_docstring_examples_hold(seed_pool):
+    """The docstring's examples, the clustered interval's included (lab scripts are not collected as doctests)."""
+    import doctest
+
+    result = doctest.testmod(seed_pool)
+    assert result.attempted >= 9 and result.failed == 0
