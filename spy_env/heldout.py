@@ -16,6 +16,9 @@ Metrics per game:
 - ``na_rate``: share of votes that abstained or were invalid; ``valid_vote_rate``: share of votes
   without a violation;
 - ``no_answer_rate``: share of performances with no ``\\boxed{}`` answer.
+
+Every evaluation is a look at the held-out games: :func:`evaluate_heldout` appends one line to the
+evaluation ledger (:mod:`spy_env.ledger`), its headline metric ``detection_accuracy``.
 """
 
 from __future__ import annotations
@@ -27,11 +30,14 @@ from typing import Any
 
 import numpy as np
 
+from spy_env.ledger import Look, fingerprint, headline
+from spy_env.policy import policy_name
 from spy_env.stage import Stage
 
 __all__ = [
     "METRICS",
     "Interval",
+    "Look",
     "bootstrap",
     "evaluate_heldout",
     "paired_difference",
@@ -167,6 +173,7 @@ def evaluate_heldout(
     seed: int = 12345,
     run_id: str = "heldout",
     spy: Any = None,
+    look: Look | None = None,
 ) -> tuple[Any, list[dict[str, Any]]]:
     """Play the fixed held-out games (``documents``, ``seed``) with one policy per seat (``spy``, when
     given, in every game's spy seat: :meth:`spy_env.runner.Runner.run`).
@@ -174,11 +181,25 @@ def evaluate_heldout(
     Returns the episode buffer and :func:`per_game` metrics. Equal ``documents``, ``num_games``,
     ``seed`` and game config give the same games (documents, spy seats, degradations) whatever the
     policies, so two policies can be compared game by game.
+
+    The evaluation is a look at the set ``run_id`` in the ledger, recorded as ``look`` says (default
+    :class:`~spy_env.ledger.Look`: the seats' policy names, the default ledger); its fingerprint is the
+    games': the sorted document ids, ``num_games``, ``seed`` and the game config.
     """
     from spy_env.runner import Runner
 
     if not documents:
         raise ValueError("held-out evaluation needs at least one held-out document")
-    runner = Runner(replace(config, corpus=tuple(documents), max_documents=None), run_id=run_id)
-    buffer = runner.run(list(policies), num_games, seed=seed, spy=spy)
-    return buffer, per_game(buffer)
+    look = look or Look()
+    name = ",".join(dict.fromkeys(policy_name(p) for p in policies))
+    look.check(name)  # before the games: a ledger that cannot be written is refused now
+    played = replace(config, corpus=tuple(documents), max_documents=None)
+    buffer = Runner(played, run_id=run_id).run(list(policies), num_games, seed=seed, spy=spy)
+    games = per_game(buffer)
+    setup = {k: v for k, v in played.to_dict().items() if k not in ("corpus", "max_documents")}
+    games_sha256 = fingerprint(
+        {"documents": sorted(d.id for d in documents), "num_games": num_games, "seed": seed, "config": setup}
+    )
+    accuracy = bootstrap([g["detection_accuracy"] for g in games])
+    look.record(run_id, games_sha256, name, headline("detection_accuracy", **accuracy.to_dict()))
+    return buffer, games

@@ -1,4 +1,4 @@
-"""The ``spyrl`` command line: play, rollout, replay, view, tournament, leaderboard, baselines, train, plot, eval."""
+"""The ``spyrl`` command line: play, rollout, replay, view, tournament, leaderboard, ledger, baselines, train, plot, eval."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from spy_env.plugins import load_plugins
 from spy_env.runner import SPY_SEATS
 from spy_env.stage import Stage
 from spy_env.tasks import TASKS
+from spyrl.evaluation.leaderboard import DOCUMENTS
 
 # Wide enough for the results table when the output is not a terminal.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -577,9 +578,13 @@ def cmd_tournament(args: argparse.Namespace) -> int:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from spy_env.confirm import check_preregistration
+    from spy_env.ledger import Look
     from spyrl.evaluation.leaderboard import leaderboard_table, run_leaderboard, set_path, write_set
 
     if args.set == "build":
+        if args.documents == "confirm":
+            raise ValueError("build writes the released sets; the confirm games are built when they are scored")
         for kind in ("detect", "spy"):
             console.print(
                 f"wrote {write_set(kind, Path(args.out_dir) / set_path(kind).name if args.out_dir else None)}"
@@ -590,7 +595,18 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         return 0
     if not args.model:
         raise ValueError(f"spyrl leaderboard {args.set} needs --model SPEC")
-    out = args.out or f"runs/leaderboard/{args.set}-{args.model.replace('/', '_').replace(':', '_')}.json"
+    # before anything is loaded, played or written: the plan, then where the look is recorded
+    confirm = args.preregistration if args.documents == "confirm" else None
+    if args.documents == "confirm":
+        if not args.preregistration:
+            raise ValueError("--documents confirm needs --preregistration FILE, a plan committed to git before the run")
+        check_preregistration(args.preregistration)
+    elif args.preregistration:
+        raise ValueError("--preregistration is the plan of a confirm run: pass it with --documents confirm")
+    look = Look(model=args.model, ledger=args.ledger, command=args.argv)
+    look.check(args.model)
+    name = f"confirm-{args.set}" if args.documents == "confirm" else args.set
+    out = args.out or f"runs/leaderboard/{name}-{args.model.replace('/', '_').replace(':', '_')}.json"
     check_output(out, overwrite=args.overwrite, suffixes=(".json",))
     policy = _load_agent(args.model, args)
     decoding = {
@@ -600,16 +616,34 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         **dataclasses.asdict(_decoding_options(args)),
         "seed": args.seed,
     }
-    with console.status(f"spyrl leaderboard {args.set}: {args.model}"):
-        results = run_leaderboard(
-            args.set, policy, model=args.model, limit=args.limit, decoding=decoding, seed=args.seed
-        )
+    with console.status(f"spyrl leaderboard {name}: {markup_safe(args.model)}"):
+        results = run_leaderboard(args.set, policy, model=args.model, limit=args.limit, confirm=confirm, look=look)
+    results.update(decoding=decoding, seed=args.seed)  # the CLI's settings
     from spyrl.evaluation import save_results
 
     path = save_results(results, out)
     echo(leaderboard_table([results]))
     console.print(f"results written to {markup_safe(path)}")
     return _report_forfeits(_result_rows(results), args)
+
+
+def cmd_ledger(args: argparse.Namespace) -> int:
+    """``spyrl ledger [PATH]``: the looks per set of an evaluation ledger (default: where scorings write)."""
+    from spy_env.ledger import LEDGER_ENV, ledger_path, read_ledger, set_looks
+
+    path = ledger_path(args.path, check=False)
+    if path is None:
+        raise ValueError(f"the ledger is off ({LEDGER_ENV}=off or 'off' given); name a ledger file: spyrl ledger PATH")
+    if not os.path.lexists(path):
+        echo(f"no looks recorded: {path} does not exist")
+        return 0
+    table = Table(title=_cell(f"looks per set in {path}"))
+    for column in ("set", "looks", "models", "first", "last"):
+        table.add_column(column, justify="right" if column in ("looks", "models") else "left")
+    for row in set_looks(read_ledger(path)):
+        table.add_row(*(_cell(value) for value in (row.set, row.looks, row.models, row.first, row.last)))
+    console.print(table)
+    return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -688,6 +722,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         names = ["alignment.png"] if args.alignment else TOURNAMENT_FILES
         check_output_dir(args.out_dir, names, overwrite=args.overwrite, flag="--out-dir")
     else:
+        from spy_env.ledger import Look
+
+        Look(ledger=args.ledger).check(args.model)  # a ledger the benchmarks' looks cannot be written to, now
         check_output(args.out, overwrite=args.overwrite, suffixes=(".json",))
     if args.max_new_tokens is None:  # games: a game reply; benchmarks: the largest budget of the sets asked for
         from spyrl.evaluation import token_budget
@@ -761,7 +798,9 @@ def _eval_game(args: argparse.Namespace, policy: Any) -> int:
 
 def _eval_benchmarks(args: argparse.Namespace, policy: Any, paths: dict[str, str]) -> int:
     """``eval``: math benchmarks, scored with math-verify."""
+    from spy_env.ledger import Look
     from spyrl.evaluation import evaluate, plot_results, results_table, save_results
+    from spyrl.evaluation.run import record_looks
 
     names = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
     decoding = {
@@ -775,6 +814,7 @@ def _eval_benchmarks(args: argparse.Namespace, policy: Any, paths: dict[str, str
         progress=_print_progress,
     )  # fmt: skip
     results.update(model=args.model, decoding=decoding)  # the spec as typed, the CLI's settings
+    record_looks(results, Look(ledger=args.ledger, command=args.argv))
     path = save_results(results, args.out)
     echo(results_table([results]))
     console.print(f"results written to {markup_safe(path)}")
@@ -941,6 +981,7 @@ def _add_eval_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--judge", default=None, help="agent spec of the judge for --alignment")
     p.add_argument("--games", type=int, default=60)
     p.add_argument("--out-dir", default="runs/eval-game", help="output folder of --game")
+    _add_ledger(p, "each benchmark scored (not --game or --alignment)")
     _add_overwrite(p)
     _add_max_forfeit_rate(p)
     # benchmarks keep their protocol: the model's own answers, with each set's budget (docs/EVALUATION.md) unless
@@ -973,10 +1014,41 @@ def _add_leaderboard_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out-dir", default=None, help="build: write the sets here instead of the package data")
     p.add_argument("--compare", nargs="+", default=None, metavar="RESULTS", help="tabulate saved results instead")
     p.add_argument("--seed", type=int, default=0, help="seed of the model's sampling")
+    p.add_argument(
+        "--documents",
+        choices=DOCUMENTS,
+        default="heldout",
+        help="heldout: the released set; confirm: the same games built over the sealed confirm split, scored only "
+        "with --preregistration (the set confirm-detect or confirm-spy)",
+    )
+    p.add_argument(
+        "--preregistration",
+        default=None,
+        metavar="FILE",
+        help="a JSON plan (recipe, seeds, primary_metric, test, alpha) committed to git before the run; checked, "
+        "and its path and commit recorded in the results and the ledger",
+    )
+    _add_ledger(p, "this scoring")
     _add_overwrite(p)
     _add_allow_forfeits(p)
     _add_sampling_args(p)
     p.set_defaults(func=cmd_leaderboard)
+
+
+def _add_ledger(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--ledger",
+        default=None,
+        metavar="PATH",
+        help=f"the evaluation ledger that records {what} ('off': none); default $SPYRL_LEDGER, else ledger.jsonl "
+        "in the spyrl cache folder",
+    )
+
+
+def _add_ledger_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ledger", help="looks per set of the evaluation ledger: how often each set was scored")
+    p.add_argument("path", nargs="?", default=None, help="a ledger file (default $SPYRL_LEDGER, else the cache's)")
+    p.set_defaults(func=cmd_ledger)
 
 
 def _add_baselines_command(sub: argparse._SubParsersAction) -> None:
@@ -1005,6 +1077,7 @@ COMMANDS = (
     _add_eval_command,
     _add_tournament_command,
     _add_leaderboard_command,
+    _add_ledger_command,
     _add_baselines_command,
     _add_serve_command,
 )  # in the order `spyrl --help` lists them
@@ -1124,6 +1197,7 @@ def _run(argv: Sequence[str] | None) -> int:
         datasets.disable_progress_bars()  # the CLI shows its own progress
     except ImportError:  # pragma: no cover - core dependency
         pass
+    args.argv = ["spyrl", *(sys.argv[1:] if argv is None else argv)]  # what a look in the ledger records
     try:
         _set_threads(args.threads)
         return args.func(args)

@@ -23,6 +23,16 @@ import urllib.request
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def ledger_file(tmp_path_factory, monkeypatch):
+    """Every scoring a test runs appends to a ledger of its own (``SPYRL_LEDGER``, inherited by the
+    commands it starts), never to the user's cache; in a folder apart, so ``tmp_path`` holds only what
+    the test wrote. A test that reads the ledger asks for this fixture: the file's path."""
+    path = tmp_path_factory.mktemp("ledger") / "ledger.jsonl"
+    monkeypatch.setenv("SPYRL_LEDGER", str(path))
+    return path
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A tiny random Llama + BPE tokenizer (trained on the embedded corpus), saved to a folder."""

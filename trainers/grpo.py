@@ -44,7 +44,7 @@ from agents.hf import load_pretrained
 from agents.models import resolve_model_path
 from spy_env.buffer import EpisodeBuffer
 from spy_env.config import GameConfig
-from spy_env.heldout import evaluate_heldout, summarize
+from spy_env.heldout import Look, evaluate_heldout, summarize
 from spy_env.metrics import game_metrics
 from spy_env.policy import RolloutPolicy
 from spy_env.runner import Runner
@@ -205,9 +205,9 @@ class SpyRLTrainer:
         policy = learner_policy(c.decoding, c.rollout, self.unwrapped, self.tokenizer, greedy=True)
         self.model.eval()
         seats = [seat_policy(c.rollout, c.run.seed, policy, self.fixed.fresh(c.rollout, c.run.seed))] * c.game.n_players
-        buffer, games = evaluate_heldout(
-            seats, c.game, self.eval_documents, num_games, seed=seed, spy=spy_seat_policy(c.rollout, policy)
-        )
+        look = Look(model=f"{c.model.name_or_path}@iter{self.iteration}", recipe=c.to_dict())  # for the ledger
+        spy = spy_seat_policy(c.rollout, policy)
+        buffer, games = evaluate_heldout(seats, c.game, self.eval_documents, num_games, seed=seed, spy=spy, look=look)
         out = {**game_metrics(buffer), **rule_metrics(buffer)}
         for metric, interval in summarize(games).items():
             out.update({metric: interval.mean, f"{metric}_low": interval.low, f"{metric}_high": interval.high})

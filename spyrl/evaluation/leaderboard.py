@@ -21,6 +21,10 @@ and the SHA-256 of the document and of the spy's copy, so a changed corpus or de
 operator is an error rather than a silently different set; the SHA-256 of the whole file
 must be the released one (:data:`RELEASED_SHA256`), so rewritten games or performances are an
 error too; a change of the game means a new ``version``. :func:`build_set` rebuilds a set byte for byte (a test checks it).
+
+The same games are built over the sealed confirm split (:mod:`spy_env.confirm`) for a committed
+pre-registration only: the sets ``confirm-detect`` and ``confirm-spy`` (:func:`confirm_set`). Every
+scoring is a look recorded in the evaluation ledger (:mod:`spy_env.ledger`).
 """
 
 from __future__ import annotations
@@ -38,10 +42,12 @@ from typing import Any
 import numpy as np
 
 from spy_env.config import GameConfig
+from spy_env.confirm import open_confirm
 from spy_env.corpus import HELDOUT_FRACTION, HELDOUT_SALT, CorpusFilter, Document, load_corpus, split_documents
 from spy_env.env import parallel_env
 from spy_env.heldout import Interval, bootstrap
 from spy_env.io import parse_json, write_text
+from spy_env.ledger import Look, headline
 from spy_env.policy import Action, Policy, policy_name
 from spy_env.runner import _call as call_policy
 from spy_env.runner import safe_reason
@@ -52,6 +58,7 @@ __all__ = [
     "LeaderboardGame",
     "LeaderboardSet",
     "build_set",
+    "confirm_set",
     "heldout_documents",
     "item_score",
     "leaderboard_table",
@@ -62,6 +69,7 @@ __all__ = [
 ]
 
 KINDS = ("detect", "spy")
+DOCUMENTS = ("heldout", "confirm")  # what a set's games are played on: the released sets, or the sealed split
 VERSION = 1
 # The SHA-256 of every released set file: a set is scored under its name only if its file is the
 # released one byte for byte (a set whose stored performances were rewritten is not detect-v1).
@@ -111,10 +119,12 @@ class LeaderboardSet:
     config: GameConfig
     games: tuple[LeaderboardGame, ...]
     sha256: str
+    split: str = "heldout"  # one of DOCUMENTS
+    preregistration: Mapping[str, str] | None = None  # {"path", "commit"} of the plan it is scored under
 
     @property
     def name(self) -> str:
-        return f"{self.kind}-v{self.version}"
+        return f"confirm-{self.kind}" if self.split == "confirm" else f"{self.kind}-v{self.version}"
 
 
 def set_path(kind: str, version: int = VERSION) -> Path:
@@ -140,20 +150,42 @@ def heldout_documents(config: GameConfig, fraction: float = HELDOUT_FRACTION) ->
 
 
 # ------------------------------------------------------------------------ build
-def build_set(kind: str, num_games: int = NUM_GAMES, *, seed: int = 0, config: GameConfig | None = None) -> str:
-    """The JSON text of a set: ``num_games`` games on held-out documents, reference performances.
+def build_set(
+    kind: str,
+    num_games: int = NUM_GAMES,
+    *,
+    seed: int = 0,
+    config: GameConfig | None = None,
+    documents: Sequence[Document] | None = None,
+) -> str:
+    """The JSON text of a set: ``num_games`` games on ``documents`` (default: the held-out split of the
+    config's corpus, what the released sets are built on), reference performances.
 
     Deterministic: the same arguments give the same text. Reference performers are scripted
     heuristic agents, one per seat with 2–4 salient numbers (drawn per game), so civilians do not
     all write the same text.
     """
-    from agents.scripted import HeuristicAgent
-
     _check_kind(kind)
     config = config or GameConfig()
-    documents = heldout_documents(config)
-    if not documents:
-        raise ValueError("the corpus has no held-out documents to build a leaderboard set from")
+    if documents is None:
+        documents = heldout_documents(config)
+        source = {"heldout": {"corpus": config.corpus, "fraction": HELDOUT_FRACTION, "salt": HELDOUT_SALT}}
+        if not documents:
+            raise ValueError("the corpus has no held-out documents to build a leaderboard set from")
+    else:
+        source = {"documents": {"count": len(documents)}}
+        if not documents:
+            raise ValueError("a leaderboard set needs at least one document")
+    games = _build_games(kind, config, list(documents), num_games, seed)
+    return json.dumps(_set_payload(kind, config, games, seed=seed, source=source), indent=1, ensure_ascii=False) + "\n"
+
+
+def _build_games(
+    kind: str, config: GameConfig, documents: list[Document], num_games: int, seed: int
+) -> list[dict[str, Any]]:
+    """Each game's setup and reference performances (:func:`build_set`)."""
+    from agents.scripted import HeuristicAgent
+
     env = parallel_env(replace(config, corpus=tuple(documents), max_documents=None))
     rng = np.random.default_rng([seed, KINDS.index(kind)])
     n = config.n_players
@@ -188,7 +220,7 @@ def build_set(kind: str, num_games: int = NUM_GAMES, *, seed: int = 0, config: G
                 "performances": performances,
             }
         )
-    return json.dumps(_set_payload(kind, config, games, seed=seed), indent=1, ensure_ascii=False) + "\n"
+    return games
 
 
 # The released sets' config keys are frozen: GameConfig fields renamed since are written under their v1 names.
@@ -196,15 +228,17 @@ _V1_NAMES = {"vote_gap_weight": "beta"}
 _FROM_V1 = {v1: name for name, v1 in _V1_NAMES.items()}
 
 
-def _set_payload(kind: str, config: GameConfig, games: list[dict[str, Any]], *, seed: int) -> dict[str, Any]:
-    """A set's JSON object: what it is, how it was built, and its games."""
+def _set_payload(
+    kind: str, config: GameConfig, games: list[dict[str, Any]], *, seed: int, source: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A set's JSON object: what it is, the documents it was built on (``source``), how, and its games."""
     skipped = {"corpus", "max_documents"}
     game_fields = {_V1_NAMES.get(k, k): v for k, v in config.to_dict().items() if k not in skipped}
     return {
         "name": kind,
         "version": VERSION,
         "description": _DESCRIPTIONS[kind],
-        "heldout": {"corpus": config.corpus, "fraction": HELDOUT_FRACTION, "salt": HELDOUT_SALT},
+        **source,
         "reference": {
             "performers": "heuristic, 2-4 salient numbers per seat (drawn per game), seed game_seed + seat",
             "detectors": "heuristic, seed game_seed" if kind == "spy" else None,
@@ -224,35 +258,61 @@ _DESCRIPTIONS = {
 
 # ------------------------------------------------------------------------- load
 def load_set(kind: str, path: str | os.PathLike | None = None) -> tuple[LeaderboardSet, list[Document]]:
-    """A set and the documents its games use (checked against the recorded hashes)."""
+    """A released set and the documents its games use (checked against the recorded hashes)."""
     _check_kind(kind)
-    text = Path(path or set_path(kind)).read_text(encoding="utf-8")
-    raw = parse_json(text, f"leaderboard set {str(path or set_path(kind))!r}")
+    where = path or set_path(kind)
+    text = Path(where).read_text(encoding="utf-8")
+    raw = parse_json(text, f"leaderboard set {str(where)!r}")
     if raw.get("name") != kind:
-        raise ValueError(f"{path or set_path(kind)} is a {raw.get('name')!r} set, not {kind!r}")
+        raise ValueError(f"{where} is a {raw.get('name')!r} set, not {kind!r}")
     fields = {_FROM_V1.get(k, k): v for k, v in raw["config"].items()}
     config = GameConfig.from_dict({**fields, "corpus": raw["heldout"]["corpus"]})
-    documents = {d.id: d for d in heldout_documents(config, raw["heldout"]["fraction"])}
-    games = tuple(LeaderboardGame(**{**g, "performances": tuple(g["performances"])}) for g in raw["games"])
-    for game in games:
-        document = documents.get(game.document_id)
-        if document is None or _sha256(document.text) != game.document_sha256:
-            raise ValueError(
-                f"leaderboard set {kind}-v{raw['version']}: document {game.document_id!r} is missing from the held-out "
-                "split or its text changed; the set no longer matches this corpus"
-            )
-    used = sorted({g.document_id for g in games})
-    board = LeaderboardSet(kind, int(raw["version"]), config, games, _sha256(text))
+    board, documents = _read_board(kind, raw, text, config, heldout_documents(config, raw["heldout"]["fraction"]))
     released = RELEASED_SHA256.get(board.name)
     if released is None:
-        raise ValueError(f"{path or set_path(kind)}: {board.name} is not a released set ({sorted(RELEASED_SHA256)})")
+        raise ValueError(f"{where}: {board.name} is not a released set ({sorted(RELEASED_SHA256)})")
     if board.sha256 != released:
         raise ValueError(
-            f"{path or set_path(kind)} is not the released {board.name}: its sha256 {board.sha256[:16]}... differs "
+            f"{where} is not the released {board.name}: its sha256 {board.sha256[:16]}... differs "
             f"from {released[:16]}... (games or stored performances were changed); rebuild it with "
             "`spyrl leaderboard build`, or give a different set a new version"
         )
-    return board, [documents[i] for i in used]
+    return board, documents
+
+
+def _read_board(
+    kind: str, raw: Mapping[str, Any], text: str, config: GameConfig, documents: Sequence[Document], **fields: Any
+) -> tuple[LeaderboardSet, list[Document]]:
+    """The set of the JSON ``raw`` (its ``text``) over ``documents``, and the documents its games use; a game
+    whose document is missing or changed is an error. ``fields``: the set's ``split`` and ``preregistration``."""
+    by_id = {d.id: d for d in documents}
+    games = tuple(LeaderboardGame(**{**g, "performances": tuple(g["performances"])}) for g in raw["games"])
+    board = LeaderboardSet(kind, int(raw["version"]), config, games, _sha256(text), **fields)
+    for game in games:
+        document = by_id.get(game.document_id)
+        if document is None or _sha256(document.text) != game.document_sha256:
+            raise ValueError(
+                f"leaderboard set {board.name}: document {game.document_id!r} is missing from the documents it was "
+                "built on or its text changed; the set no longer matches this corpus"
+            )
+    return board, [by_id[i] for i in sorted({g.document_id for g in games})]
+
+
+def confirm_set(
+    kind: str, preregistration: str | os.PathLike, *, path: str | os.PathLike | None = None
+) -> tuple[LeaderboardSet, list[Document]]:
+    """The ``kind`` games of the sealed confirm split (:func:`spy_env.confirm.open_confirm`: only for a
+    committed pre-registration; ``path``, its documents file), built exactly as :func:`build_set` builds a
+    released set from the held-out documents (default config, seed 0, :data:`NUM_GAMES` games, the same
+    reference players). The set is ``confirm-<kind>``; its sha256 is its built text's, and it carries the
+    pre-registration's path and commit."""
+    _check_kind(kind)
+    config = GameConfig()
+    filt = CorpusFilter(truncate=config.max_document_chars)
+    registered, documents = open_confirm(preregistration, path=path, filt=filt)
+    text = build_set(kind, config=config, documents=documents)
+    raw = parse_json(text, f"confirm-{kind} set")
+    return _read_board(kind, raw, text, config, documents, split="confirm", preregistration=registered.record())
 
 
 # -------------------------------------------------------------------------- run
@@ -408,9 +468,9 @@ def run_leaderboard(
     model: str = "",
     limit: int | None = None,
     path: str | os.PathLike | None = None,
-    decoding: Mapping[str, Any] | None = None,
-    seed: int = 0,
     detector: Policy | None = None,
+    confirm: str | os.PathLike | None = None,
+    look: Look | None = None,
 ) -> dict[str, Any]:
     """Score ``policy`` on a set; returns results in ``spyrl eval``'s JSON format.
 
@@ -418,41 +478,56 @@ def run_leaderboard(
     fixed heuristic detectors (e.g. a panel of a base model's votes); when it reports its vote
     distribution, ``expected_votes_against_share`` is the mean probability the civilians put on the spy.
 
-    ``results["<kind>-v<version>"]`` has ``n``, ``k`` (1), ``accuracy`` (the headline score:
+    The set is the released ``<kind>-v<version>`` (``path``: its file, default the shipped one), or, with
+    ``confirm`` (a pre-registration file), ``confirm-<kind>``: the sealed split's games (:func:`confirm_set`;
+    ``path``: its documents file), scored only when the plan is committed; its path and commit are then
+    recorded in the results (``preregistration``) and the ledger.
+
+    ``results["<set>"]`` has ``n``, ``k`` (1), ``accuracy`` (the headline score:
     detection accuracy or survival rate), ``interval`` (its bootstrap 95% interval), every metric
     with its interval under ``metrics``, and one record per game under ``items``. ``limit`` plays
     the first ``limit`` games (a prefix of the set, so short runs are comparable to each other).
+    ``decoding`` and ``seed`` are left for the caller to record (``spyrl leaderboard`` records its flags).
+    The scoring is a look in the evaluation ledger, recorded as ``look`` says (default: ``model``, the
+    default ledger).
     """
-    board, documents = load_set(kind, path)
     if limit is not None and limit < 1:
         raise ValueError(f"--limit must be >= 1, got {limit}")
-    games = board.games[:limit]
     if detector is not None and kind != "spy":
         raise ValueError("a detector replaces the civilians' votes of a spy set; detect sets have none")
+    look, name = look or Look(), model or policy_name(policy)
+    look.check(name)  # before the work: a ledger that cannot be written is refused now
+    board, documents = confirm_set(kind, confirm, path=path) if confirm is not None else load_set(kind, path)
+    games = board.games[:limit]
     if kind == "detect":
         items = _score_detect(policy, board, documents, games)
     else:
         items = _score_spy(policy, board, documents, games, detector)
     names = METRICS[kind] + (("expected_votes_against_share",) if detector is not None else ())
     metrics: dict[str, Interval] = {m: bootstrap([item[m] for item in items]) for m in names}
-    headline = metrics[METRICS[kind][0]]
+    score = METRICS[kind][0]
+    look.record(board.name, board.sha256, name, headline(score, **metrics[score].to_dict()), board.preregistration)
     return {
-        "model": model or policy_name(policy),
-        "decoding": dict(decoding or {}),
+        "model": name,
+        "decoding": {},  # the caller's sampling settings and seed (spyrl leaderboard records its flags)
         "protocol": _protocol(board, detector),
-        "seed": seed,
+        "seed": None,
         "limit": limit,
-        "results": {
-            board.name: {
-                "n": len(items),
-                "k": 1,
-                "accuracy": headline.mean,
-                "interval": headline.to_dict(),
-                "metrics": {m: interval.to_dict() for m, interval in metrics.items()},
-                "forfeits": sum(bool(item["error"]) for item in items),
-                "items": items,
-            }
-        },
+        "preregistration": board.preregistration,
+        "results": {board.name: _set_result(items, metrics, score)},
+    }
+
+
+def _set_result(items: list[dict[str, Any]], metrics: Mapping[str, Interval], score: str) -> dict[str, Any]:
+    """One set's results: the headline ``score`` as ``accuracy`` with its interval, every metric, the items."""
+    return {
+        "n": len(items),
+        "k": 1,
+        "accuracy": metrics[score].mean,
+        "interval": metrics[score].to_dict(),
+        "metrics": {m: interval.to_dict() for m, interval in metrics.items()},
+        "forfeits": sum(bool(item["error"]) for item in items),
+        "items": items,
     }
 
 
@@ -491,9 +566,9 @@ def leaderboard_table(runs: Sequence[Mapping[str, Any]]) -> str:
                 i = Interval(**r["interval"])
             except TypeError as e:
                 raise ValueError(f"results of {run.get('model')!r} on {name!r}: a malformed interval ({e})") from e
-            headline = run.get("protocol", {}).get("score", "accuracy")
-            for score in (headline, *SECONDARY.get(name.split("-v")[0], {})):
-                shown = i if score == headline else _score_interval(r, score)
+            main_score = run.get("protocol", {}).get("score", "accuracy")
+            for score in (main_score, *SECONDARY.get(name.removeprefix("confirm-").split("-v")[0], {})):
+                shown = i if score == main_score else _score_interval(r, score)
                 if shown is None:
                     continue
                 paired = _paired(r, runs[0]["results"].get(name), score) if index else None

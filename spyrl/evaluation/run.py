@@ -1,5 +1,6 @@
 """Running benchmarks with any agents backend: batched generation, avg@k, results JSON, tables,
-charts, and game-level evaluation against the baselines."""
+charts, and game-level evaluation against the baselines. ``spyrl eval`` records every benchmark it
+scores as a look in the evaluation ledger (:func:`record_looks`, :mod:`spy_env.ledger`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from spy_env.heldout import bootstrap
 from spy_env.io import save_figure, write_text
+from spy_env.ledger import Look, fingerprint, headline
 from spy_env.policy import Action, policy_name
 from spy_env.runner import _call as call_policy
 from spy_env.runner import safe_reason
@@ -28,7 +31,16 @@ from spyrl.evaluation.scoring import Scorer, extract_answer, mc_letter
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Progress", "card_average", "evaluate", "game_evaluation", "plot_results", "results_table", "save_results"]
+__all__ = [
+    "Progress",
+    "card_average",
+    "evaluate",
+    "game_evaluation",
+    "plot_results",
+    "record_looks",
+    "results_table",
+    "save_results",
+]
 
 Progress = Callable[[str, int, int], None]  # (benchmark, completions done, completions in all)
 
@@ -55,7 +67,9 @@ def evaluate(
     scored per sample; accuracy is the mean over questions of the mean over samples. A failed call
     (a dead server) is a forfeit: it scores as a miss, its reason is kept in the item's ``errors``
     and each benchmark counts its ``forfeits``.
-    ``progress(benchmark, done, total)`` is called after every batch of completions.
+    ``progress(benchmark, done, total)`` is called after every batch of completions. Each benchmark's
+    result holds ``items_sha256``, the fingerprint of the questions scored (id, prompt, gold), which
+    :func:`record_looks` writes into the evaluation ledger.
     """
     paths = dict(paths or {})
     scorer = Scorer()
@@ -83,13 +97,26 @@ def evaluate(
                 logger.debug("%s: %d/%d completions", name, done, len(requests))
                 if progress is not None:
                     progress(name, done, len(requests))
-            out["results"][name] = {"n": len(items), "k": samples, **_score(items, requests, completions, scorer)}
+            questions = fingerprint([[item.id, item.prompt, item.gold] for item in items])
+            scores = _score(items, requests, completions, scorer)
+            out["results"][name] = {"n": len(items), "k": samples, "items_sha256": questions, **scores}
     finally:
         scorer.close()
     average = card_average(out)
     if average is not None:
         out["card_average"] = average
     return out
+
+
+def record_looks(results: Mapping[str, Any], look: Look | None = None) -> None:
+    """One look per benchmark of ``results`` (:func:`evaluate`'s) in the evaluation ledger, recorded as
+    ``look`` says (default: the results' model, the default ledger): the questions' fingerprint
+    (``items_sha256``) and the accuracy over questions with its bootstrap interval. ``spyrl eval`` calls it
+    once its results are scored."""
+    look = look or Look()
+    for name, result in results["results"].items():
+        accuracy = bootstrap([float(np.mean(item["correct"])) for item in result["items"]])
+        look.record(name, result["items_sha256"], results["model"], headline("accuracy", **accuracy.to_dict()))
 
 
 def card_average(results: Mapping[str, Any]) -> dict[str, Any] | None:
