@@ -3,17 +3,27 @@ mistake as one ``error:`` line with exit code 2.
 
 A script imports it as its neighbour (``from harness import ...``): Python puts a script's own folder
 first on the import path, so nothing edits ``sys.path``. Tests load a script with its folder on the
-path the same way (``tests/conftest.py``'s ``experiment_module``).
+path the same way (``tests/helpers.py``'s ``experiment_module``).
+
+Every scoring an experiment makes (leaderboard sets, held-out games, the trainer's periodic evaluation) is a look
+at an evaluation set: importing this module points the evaluation ledger at the lab's own, ``lab/ledger.jsonl``,
+unless ``SPYRL_LEDGER`` already says where (tests point it at a temporary file).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
 
-__all__ = ["command_of", "experiment_parser", "user_error"]
+from spy_env.ledger import LEDGER_ENV
+
+__all__ = ["LAB_LEDGER", "command_of", "experiment_parser", "user_error"]
+
+LAB_LEDGER = Path(__file__).resolve().parents[1] / "ledger.jsonl"
+os.environ.setdefault(LEDGER_ENV, str(LAB_LEDGER))
 
 
 def experiment_parser(
