@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -62,3 +63,17 @@ def test_the_lab_scripts_record_their_looks_in_the_lab_ledger(monkeypatch):
         [sys.executable, "-c", code], cwd=ROOT / "lab" / "experiments", capture_output=True, text=True, check=True
     )
     assert run.stdout.strip() == "/elsewhere/ledger.jsonl"
+
+
+def test_the_backfilled_looks_are_what_the_backfill_script_reads_from_the_committed_results():
+    """lab/experiments/backfill_ledger.py, without git's dates, gives the ledger's backfilled lines (as a multiset)."""
+    from collections import Counter
+
+    from tests.helpers import experiment_module
+
+    def key(entry):
+        return json.dumps({k: v for k, v in entry.items() if k != "time"}, sort_keys=True)
+
+    read = experiment_module("backfill_ledger").entries(dated=False)
+    kept = [e for e in read_ledger(LEDGER) if "backfilled" in e]
+    assert len(read) > 300 and Counter(map(key, read)) == Counter(map(key, kept))
