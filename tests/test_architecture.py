@@ -135,6 +135,31 @@ def _missing_citations(text: str, where: Path, files: set[Path]) -> list[str]:
     return found
 
 
+LAB_OR_ISSUE = re.compile(r"(?<![\w/.])(?:lab/|experiments/|docs/experiment)|\bissues? #\d+|\(#\d+\)")
+
+
+def _lab_or_issue_citations(text: str) -> list[str]:
+    """What a library note cites from the lab or the issue tracker (the library must read alone).
+
+    >>> _lab_or_issue_citations("see lab/results/TUNING.md (issue #18); UTS #39 is Unicode's")
+    ['lab/', 'issue #18']
+    """
+    return [m.group(0) for m in LAB_OR_ISSUE.finditer(text)]
+
+
+def test_library_code_cites_no_lab_page_and_no_issue():
+    """The lab lives apart: the packages' comments and docstrings cite neither its pages nor issue numbers."""
+    library = [p for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py"))]
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {cited}"
+        for path in library
+        for line, text in _comments_and_docstrings(path)
+        for cited in _lab_or_issue_citations(text)
+    ]
+    assert found == []
+    assert _lab_or_issue_citations("tuned in issue #26's attempt (#20)") == ["issue #26", "(#20)"]
+
+
 def test_code_comments_and_docs_cite_only_files_of_the_repository():
     """The repository stands alone: what a note outside it says that the code relies on lives in ``docs/``."""
     files = _repository_files()
