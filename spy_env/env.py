@@ -64,7 +64,7 @@ import functools
 import logging
 import numbers
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gymnasium
@@ -78,7 +78,7 @@ from spy_env.config import GameConfig
 from spy_env.corpus import Document, game_documents
 from spy_env.degrade import DEGRADERS, DegradeContext, bag_of_words, most_similar
 from spy_env.game import Game, RoundResult, Stage
-from spy_env.parsing import TEXT_CHARSET, shingles
+from spy_env.parsing import TEXT_CHARSET, Shingles, shingles
 from spy_env.prompts import defuse_tags, format_performances
 from spy_env.tasks import TASKS
 from spy_env.transcript import transcript
@@ -167,6 +167,20 @@ def _config_from(config: GameConfig | None, overrides: Mapping[str, Any]) -> Gam
     return replace(config, **overrides) if overrides else config
 
 
+@dataclass(frozen=True)
+class _Scene:
+    """What every seat's observation of one stage shares: made once a stage, not once a seat."""
+
+    key: tuple[int, Stage]  # (round, stage) of the game it shows
+    template: str
+    fields: dict[str, Any]  # the template's fields but the seat's own
+    shown: tuple[str | None, ...]  # the performances as shown (None: none, or an eliminated seat)
+    performances: tuple[str, ...]
+    system: str
+    stage_index: int
+    alive: np.ndarray  # (n_players,) int8; each observation gets a copy
+
+
 class GameHost:
     """Hosts one :class:`~spy_env.game.Game` at a time: it holds the corpus and the RNG, deals each
     new game (document, spy seat, the spy's degraded copy), hands the seats' actions to the game,
@@ -178,11 +192,13 @@ class GameHost:
         self.config = config
         self.task = TASKS[config.task]
         self.templates = self.task.templates(config.prompts)
+        # a vote template that never names the field is not given it (defusing it costs a scan)
+        self._shows_own_performance = "own_performance" in self.templates["vote"]
         self.documents = game_documents(config)
         if config.resolved_degrade == "neighbor" and len(self.documents) < 2:
             raise ValueError("GameConfig.corpus must hold at least 2 documents for degrade='neighbor'")
         self._index_of_id = {doc.id: i for i, doc in enumerate(self.documents)}
-        self._shingles: dict[int, frozenset[int]] = {}
+        self._shingles: dict[int, Shingles] = {}
         self.possible_agents = [f"player_{i}" for i in range(config.n_players)]
         self.seat_of = {agent: i for i, agent in enumerate(self.possible_agents)}
         self.np_random, self.np_random_seed = seeding.np_random(None)
@@ -190,9 +206,8 @@ class GameHost:
         self.reset_options: dict[str, Any] = {}
         self._obs_cache: dict[int, dict[str, Any]] = {}
         self._obs_key: tuple[int, Stage] | None = None
-        # every voter reads the same laid-out performances and system turn: made once, keyed by their inputs
-        self._layout: tuple[tuple[str | None, ...], str] = ((), "")
-        self._system: tuple[str | None, str] = (None, "")
+        self._scene: _Scene | None = None
+        self._system: str | None = None  # the system turn, the same for every seat of every game
         self._observation_spaces: dict[str, spaces.Space] = {}
         self._action_spaces: dict[str, spaces.Space] = {}
         self.stages_played = 0  # stages resolved in the current game: PettingZoo's cycles
@@ -200,7 +215,7 @@ class GameHost:
         self.state_space = spaces.MultiDiscrete([len(Stage), config.rounds, n] + [2] * n)
 
     # ---------------------------------------------------------------- spaces
-    @property
+    @functools.cached_property
     def max_prompt_chars(self) -> int:
         cfg = self.config
         return cfg.max_document_chars + cfg.n_players * (cfg.max_performance_chars + 64) + 16_384
@@ -261,6 +276,7 @@ class GameHost:
         self.reset_options = {"document_id": document.id, "spy_seat": spy_seat, "degrade_seed": degrade_seed}
         self._obs_cache = {}
         self._obs_key = None
+        self._scene = None
         return self.game
 
     def _document_index(self, options: Mapping[str, Any], drawn: int) -> int:
@@ -294,51 +310,63 @@ class GameHost:
         return obs
 
     def _render(self, seat: int) -> dict[str, Any]:
-        game, n = self.game, self.config.n_players
+        game = self.game
         assert game is not None
-        stage = game.stage
-        voting = stage is Stage.VOTE
-        fields = {
-            "player": seat + 1,
-            "n_players": n,
-            "round": game.round + 1,
-            "document": game.views[seat],
-            "task": self.task.instruction,
-            "history": game.history_text(seat),
-        }
-        targets = np.zeros(n, dtype=np.int8)
-        shown: list[str | None] = [None] * n
-        if voting:
-            shown = game.shown_performances()
-            targets[game.legal_targets(seat)] = 1
-            fields["performances"] = self._laid_out(shown)
-            fields["own_performance"] = defuse_tags(shown[seat] or "")
-            fields["legal_votes"] = ", ".join(str(s + 1) for s in game.legal_targets(seat))
-        prompt = self.templates[stage.value].format(**fields)
+        scene = self._scene_of(game)
+        fields = {**scene.fields, "player": seat + 1, "document": game.views[seat]}
+        targets = np.zeros(self.config.n_players, dtype=np.int8)
+        if game.stage is Stage.VOTE:
+            legal = game.legal_targets(seat)
+            targets[legal] = 1
+            if self._shows_own_performance:
+                fields["own_performance"] = defuse_tags(scene.shown[seat] or "")
+            fields["legal_votes"] = ", ".join([str(s + 1) for s in legal])
+        prompt = scene.template.format_map(fields)
         return {
-            "system": self._system_turn(),
+            "system": scene.system,
             "prompt": prompt[: self.max_prompt_chars],
             "copy": game.views[seat],
-            "performances": tuple(p or "" for p in shown),
-            "stage": stage.index,
+            "performances": scene.performances,
+            "stage": scene.stage_index,
             "round": game.round,
             "seat": seat,
             "vote_targets": targets,
-            "alive": np.asarray(game.alive, dtype=np.int8),
+            "alive": scene.alive.copy(),
         }
 
-    def _laid_out(self, shown: list[str | None]) -> str:
-        key = tuple(shown)
-        if self._layout[0] != key:
-            self._layout = (key, format_performances(shown))
-        return self._layout[1]
+    def _scene_of(self, game: Game) -> _Scene:
+        """What every seat sees alike in the current stage: made at a stage's first observation."""
+        key = (game.round, game.stage)
+        if self._scene is not None and self._scene.key == key:
+            return self._scene
+        stage = game.stage
+        fields = {
+            "n_players": self.config.n_players,
+            "round": game.round + 1,
+            "task": self.task.instruction,
+            "history": game.history_text(),
+        }
+        shown: tuple[str | None, ...] = (None,) * self.config.n_players
+        if stage is Stage.VOTE:
+            shown = tuple(game.shown_performances())
+            fields["performances"] = format_performances(shown)
+        self._scene = _Scene(
+            key=key,
+            template=self.templates[stage.value],
+            fields=fields,
+            shown=shown,
+            performances=tuple(p or "" for p in shown),
+            system=self._system_turn(),
+            stage_index=stage.index,
+            alive=np.asarray(game.alive, dtype=np.int8),
+        )
+        return self._scene
 
     def _system_turn(self) -> str:
-        instruction = self.task.instruction
-        if self._system[0] != instruction:
-            text = self.templates["system"].format(n_players=self.config.n_players, task=instruction)
-            self._system = (instruction, text[:8_192])
-        return self._system[1]
+        if self._system is None:
+            text = self.templates["system"].format(n_players=self.config.n_players, task=self.task.instruction)
+            self._system = text[:8_192]
+        return self._system
 
     def step_seat(self, seat: int, action: Any) -> RoundResult | None:
         game = self.game
@@ -592,9 +620,35 @@ class parallel_env(_SpyEnvBase, ParallelEnv, EzPickle):
         return observations, rewards, terminations, truncations, infos
 
 
+class _OrderEnforcing(wrappers.OrderEnforcingWrapper):
+    """PettingZoo's ``OrderEnforcingWrapper`` with what every AEC step reads defined on it.
+
+    The base wrapper forwards each attribute it lacks through two ``__getattr__`` calls; ``agent_iter``,
+    ``last`` and ``step`` read ``agents``, ``agent_selection`` and the per-agent dicts a dozen times a
+    step, a quarter of a scripted game's time. Here those two are properties and ``last`` is the env's
+    own, after the same check: before ``reset`` each raises the base wrapper's error.
+    """
+
+    @property
+    def agents(self) -> list[str]:
+        return self.env.agents if self._has_reset else self.__getattr__("agents")
+
+    @property
+    def agent_selection(self) -> str:
+        return self.env.agent_selection if self._has_reset else self.__getattr__("agent_selection")
+
+    def last(self, observe: bool = True) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        if not self._has_reset:
+            return super().last(observe)  # raises as the base wrapper does
+        return self.env.last(observe)
+
+    def __str__(self) -> str:
+        return str(self.env)
+
+
 def env(config: GameConfig | None = None, render_mode: str | None = None, **overrides: Any) -> AECEnv:
-    """The AEC environment with PettingZoo's standard wrappers."""
-    return wrappers.OrderEnforcingWrapper(raw_env(config, render_mode=render_mode, **overrides))
+    """The AEC environment with PettingZoo's standard wrapper (order enforcing)."""
+    return _OrderEnforcing(raw_env(config, render_mode=render_mode, **overrides))
 
 
 def make(config: GameConfig | None = None, *, render_mode: str | None = None, **overrides: Any) -> AECEnv:

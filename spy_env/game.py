@@ -20,7 +20,7 @@ from spy_env import rewards
 from spy_env.config import GameConfig
 from spy_env.corpus import Document
 from spy_env.degrade import Degraded
-from spy_env.parsing import clean_text, copied_run, last_boxed, last_vote_tag, parse_vote, strip_think
+from spy_env.parsing import Shingles, clean_text, copied_run, last_boxed, last_vote_tag, parse_vote, strip_think
 from spy_env.stage import Stage
 from spy_env.tasks import Task
 
@@ -90,7 +90,7 @@ class Game:
         document: Document,
         spy_seat: int,
         degraded: Degraded,
-        source_shingles: frozenset[int] = frozenset(),
+        source_shingles: Shingles | None = None,
     ) -> None:
         n = config.n_players
         if not 0 <= spy_seat < n:
@@ -104,7 +104,7 @@ class Game:
         self.alive: list[bool] = [True] * n
         self.stage = Stage.PERFORM
         self.log: list[RoundLog] = [RoundLog(round=0)]
-        self._source_shingles = source_shingles
+        self._source_shingles = source_shingles  # None: no copy check
 
     # ------------------------------------------------------------------ state
     @property
@@ -126,10 +126,12 @@ class Game:
 
     def pending(self) -> list[int]:
         """Alive seats that still have to act in the current stage, in seat order."""
-        if self.stage is Stage.DONE:
+        stage = self.stage
+        if stage is Stage.DONE:
             return []
-        acted = self.current.performances if self.stage is Stage.PERFORM else self.current.votes
-        return [s for s in range(self.n_players) if self.alive[s] and s not in acted]
+        current = self.log[-1]
+        acted = current.performances if stage is Stage.PERFORM else current.votes
+        return [seat for seat, alive in enumerate(self.alive) if alive and seat not in acted]
 
     def legal_targets(self, seat: int) -> list[int]:
         """Seats ``seat`` may vote for (0-based)."""
@@ -184,7 +186,7 @@ class Game:
         for check in self.task.check(shown):
             violations.append(check.violation)
             penalty += getattr(cfg, check.penalty)
-        if copied_run(shown, self._source_shingles, cfg.copy_min_words):
+        if self._source_shingles is not None and copied_run(shown, self._source_shingles):
             violations.append("verbatim_copy")
             penalty += cfg.penalty_copy
         if "overlength" in violations:
@@ -270,8 +272,8 @@ class Game:
             "rounds_played": len(results),
         }
 
-    def history_text(self, seat: int) -> str:
-        """What happened in earlier rounds, for later rounds' prompts ('' in round 1)."""
+    def history_text(self) -> str:
+        """What happened in earlier rounds, for later rounds' prompts ('' in round 1; the same for every seat)."""
         lines = []
         for log in self.log[:-1]:
             result = log.result

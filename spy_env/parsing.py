@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 __all__ = [
+    "Shingles",
     "VoteParse",
     "clean_text",
     "copied_run",
@@ -41,8 +42,8 @@ def clean_text(text: str) -> str:
     >>> clean_text("a\\x00b\\u0007c 🙂 $x^2$")
     'abc \\ufffd $x^2$'
     """
-    if text.isascii() and text.isprintable():
-        return text
+    if text.isascii():  # most replies: no surrogates or astral characters, only controls can go
+        return text if text.isprintable() else _CONTROL.sub("", text)
     return _NON_BMP.sub("\ufffd", _CONTROL.sub("", text))
 
 
@@ -176,23 +177,39 @@ def vote_reasoning(text: str) -> str:
     return " ".join(_VOTE_TAG.sub(" ", strip_think(text)).split())
 
 
-def shingles(text: str, k: int) -> frozenset[int]:
-    """Hashes of every run of ``k`` consecutive whitespace-separated words of ``text``."""
-    return frozenset(map(hash, _runs(text.split(), k)))
+@dataclass(frozen=True)
+class Shingles:
+    """A source's runs of ``k`` consecutive whitespace-separated words, as :func:`copied_run` reads them:
+    the hash of each run, and the source's words (a run repeats the source only if all its words are)."""
+
+    k: int
+    words: frozenset[str]
+    runs: frozenset[int]
+
+
+def shingles(text: str, k: int) -> Shingles:
+    """The runs of ``k`` consecutive whitespace-separated words of ``text`` (see :class:`Shingles`)."""
+    words = text.split()
+    return Shingles(k, frozenset(words), frozenset(map(hash, _runs(words, k))))
 
 
 def _runs(words: list[str], k: int) -> Iterator[tuple[str, ...]]:
     """Every run of ``k`` consecutive ``words`` as a tuple, built in C (``zip`` of shifted lists)."""
-    return zip(*(words[i:] for i in range(k)), strict=False)  # the shorter tails end it
+    return zip(*[words[i:] for i in range(k)], strict=False)  # the shorter tails end it
 
 
-def copied_run(text: str, source_shingles: frozenset[int], k: int) -> bool:
-    """True when ``text`` repeats at least ``k`` consecutive words of the source verbatim.
+def copied_run(text: str, source: Shingles) -> bool:
+    """True when ``text`` repeats at least ``source.k`` consecutive words of the source verbatim.
 
     >>> src = shingles("one two three four five six", 3)
-    >>> copied_run("zero two three four nine", src, 3), copied_run("two three nine", src, 3)
+    >>> copied_run("zero two three four nine", src), copied_run("two three nine", src)
     (True, False)
     """
-    if not source_shingles:
+    if not source.runs:
         return False
-    return not source_shingles.isdisjoint(map(hash, _runs(text.split(), k)))
+    words = text.split()
+    # Most texts hold no k source words in a row: one pass over the words, in C, answers them
+    # without hashing each of their runs.
+    if b"\x01" * source.k not in bytes(map(source.words.__contains__, words)):
+        return False
+    return not source.runs.isdisjoint(map(hash, _runs(words, source.k)))
