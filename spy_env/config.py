@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from spy_env.degrade import DEGRADERS
+from spy_env.degrade import DEGRADERS, needs_neighbors
 from spy_env.prompts import validate_templates
 from spy_env.tasks import TASKS
 
@@ -206,8 +206,8 @@ class GameConfig:
                 "'embedded', 'nemotron[:CONFIG]', 'hf:ID[:CONFIG]', a path, or a list of rows (documents, or "
                 "mappings of strings, numbers and flat lists or mappings of them)",
             )
-        if self.resolved_degrade == "neighbor" and isinstance(self.corpus, (list, tuple)) and len(self.corpus) < 2:
-            raise bad("corpus", "a corpus of at least 2 documents for degrade='neighbor'")
+        if needs_neighbors(self.resolved_degrade) and isinstance(self.corpus, (list, tuple)) and len(self.corpus) < 2:
+            raise bad("corpus", f"a corpus of at least 2 documents for degrade={self.resolved_degrade!r}")
 
     @property
     def resolved_degrade(self) -> str:

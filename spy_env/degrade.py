@@ -33,7 +33,9 @@ __all__ = [
     "DEGRADERS",
     "DegradeContext",
     "Degraded",
+    "Operator",
     "Span",
+    "needs_neighbors",
     "register_degrader",
     "sentence_spans",
 ]
@@ -70,17 +72,45 @@ class DegradeContext:
 
 
 Degrader = Callable[[str, np.random.Generator, DegradeContext], Degraded]
-DEGRADERS: dict[str, Degrader] = {}
 
 
-def register_degrader(name: str) -> Callable[[Degrader], Degrader]:
-    """Decorator that makes an operator available as ``GameConfig(degrade=name)``."""
+@dataclass(frozen=True)
+class Operator:
+    """A registered operator: the function, and what it needs from the game besides its document.
+
+    ``needs_neighbors``: it reads another document of the corpus (:attr:`DegradeContext.neighbor`), so a game
+    with it needs a corpus of at least two documents. Called like the function it wraps.
+    """
+
+    fn: Degrader
+    needs_neighbors: bool = False
+
+    def __call__(self, text: str, rng: np.random.Generator, ctx: DegradeContext) -> Degraded:
+        return self.fn(text, rng, ctx)
+
+
+DEGRADERS: dict[str, Operator] = {}
+
+
+def register_degrader(name: str, *, needs_neighbors: bool = False) -> Callable[[Degrader], Degrader]:
+    """Decorator that makes an operator available as ``GameConfig(degrade=name)``; ``needs_neighbors``: it
+    reads another document of the corpus. A name registered twice is a ``ValueError`` (a plugin would
+    silently replace a built-in operator otherwise)."""
 
     def wrap(fn: Degrader) -> Degrader:
-        DEGRADERS[name] = fn
+        if name in DEGRADERS:
+            raise ValueError(f"degradation operator {name!r} is already registered")
+        DEGRADERS[name] = Operator(fn, needs_neighbors)
         return fn
 
     return wrap
+
+
+def needs_neighbors(name: str) -> bool:
+    """Whether the operator ``name`` reads another document (an unknown name reads none: the config's own
+    check names it)."""
+    operator = DEGRADERS.get(name)
+    return operator is not None and operator.needs_neighbors
 
 
 # A sentence ends at . ! ? followed by whitespace, or at a blank line / newline (headings,
@@ -213,7 +243,7 @@ def _other_number(number: str, rng: np.random.Generator) -> str:
             return new
 
 
-@register_degrader("neighbor")
+@register_degrader("neighbor", needs_neighbors=True)
 def neighbor(text: str, rng: np.random.Generator, ctx: DegradeContext) -> Degraded:
     """Replace the document by the most similar other document of the corpus."""
     if ctx.neighbor is None:

@@ -76,7 +76,7 @@ from pettingzoo.utils import wrappers
 
 from spy_env.config import GameConfig
 from spy_env.corpus import Document, game_documents
-from spy_env.degrade import DEGRADERS, DegradeContext, bag_of_words, most_similar
+from spy_env.degrade import DEGRADERS, DegradeContext, bag_of_words, most_similar, needs_neighbors
 from spy_env.game import Game, RoundResult, Stage
 from spy_env.parsing import TEXT_CHARSET, Shingles, shingles
 from spy_env.prompts import defuse_tags, format_performances
@@ -195,8 +195,10 @@ class GameHost:
         # a vote template that never names the field is not given it (defusing it costs a scan)
         self._shows_own_performance = "own_performance" in self.templates["vote"]
         self.documents = game_documents(config)
-        if config.resolved_degrade == "neighbor" and len(self.documents) < 2:
-            raise ValueError("GameConfig.corpus must hold at least 2 documents for degrade='neighbor'")
+        if needs_neighbors(config.resolved_degrade) and len(self.documents) < 2:
+            raise ValueError(
+                f"GameConfig.corpus must hold at least 2 documents for degrade={config.resolved_degrade!r}"
+            )
         self._index_of_id = {doc.id: i for i, doc in enumerate(self.documents)}
         self._shingles: dict[int, Shingles] = {}
         self.possible_agents = [f"player_{i}" for i in range(config.n_players)]

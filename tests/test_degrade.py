@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from spy_env.corpus import load_embedded
-from spy_env.degrade import DEGRADERS, DegradeContext, sentence_spans
+from spy_env.degrade import DEGRADERS, DegradeContext, Degraded, sentence_spans
 
 DOCS = load_embedded()
 
@@ -84,3 +84,27 @@ def test_deterministic_given_seed(name):
 def test_degenerate_texts(name, text):
     out = run(name, text, neighbor=lambda: "other")
     assert isinstance(out.text, str)
+
+
+def test_an_operator_name_registered_twice_is_an_error():
+    from spy_env.degrade import register_degrader
+
+    with pytest.raises(ValueError, match="'blank' is already registered"):
+        register_degrader("blank")(lambda text, rng, ctx: Degraded("", (), "blank"))
+    assert DEGRADERS["blank"].fn.__name__ == "blank"  # the built-in stays
+
+
+def test_what_an_operator_needs_is_its_registered_capability_not_its_name():
+    """A plugin operator that reads another document gets the two-document check 'neighbor' gets."""
+    from spy_env.config import GameConfig
+    from spy_env.degrade import needs_neighbors, register_degrader
+
+    register_degrader("swap_other", needs_neighbors=True)(lambda text, rng, ctx: Degraded(ctx.neighbor(), (), "x"))
+    try:
+        assert needs_neighbors("swap_other") and needs_neighbors("neighbor") and not needs_neighbors("mask_spans")
+        one = [{"id": "a", "text": "One document, 12 apples."}]
+        with pytest.raises(ValueError, match="at least 2 documents for degrade='swap_other'"):
+            GameConfig(corpus=one, degrade="swap_other")
+        GameConfig(corpus=one, degrade="mask_spans")  # an operator that reads only its own document
+    finally:
+        del DEGRADERS["swap_other"]
