@@ -1,5 +1,5 @@
 import sys
 
-from spyrl.cli import main
+from spyrl.commands import main
 
 sys.exit(main())

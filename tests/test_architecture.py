@@ -306,7 +306,7 @@ def test_every_config_section_is_frozen_and_checks_its_choices_where_it_is_defin
             setattr(cls(), dataclasses.fields(cls)[0].name, None)
 
 
-# SpyRLTrainer's two constructors (a fresh run, a run continued from a checkpoint); and spyrl/cli.py
+# SpyRLTrainer's two constructors (a fresh run, a run continued from a checkpoint); and spyrl/commands/train.py
 WHOLE_CONFIG_TAKERS = {("trainers/grpo.py", "__init__"), ("trainers/grpo.py", "from_checkpoint")}
 
 
@@ -323,7 +323,11 @@ def whole_config_takers(files: list[Path], root: Path) -> list[str]:
                 annotation = ast.unparse(arg.annotation) if arg.annotation is not None else None
                 whole = annotation is not None and "SpyRLConfig" in annotation
                 untyped = where.startswith("trainers/") and arg.arg in ("config", "cfg") and annotation in (None, "Any")
-                if (whole or untyped) and where != "spyrl/cli.py" and (where, node.name) not in WHOLE_CONFIG_TAKERS:
+                if (
+                    (whole or untyped)
+                    and where != "spyrl/commands/train.py"
+                    and (where, node.name) not in WHOLE_CONFIG_TAKERS
+                ):
                     takers.append(f"{where}:{node.name}({arg.arg}: {annotation})")
     return takers
 

@@ -215,7 +215,7 @@ def test_saving_non_finite_weights_is_refused(trained_run):
 )
 def test_damaged_checkpoints_are_one_line_errors(run, damage, message):
     """Finding 4 (checkpoint cases): each was a traceback; now ``error: ...`` and exit code 2."""
-    from spyrl.cli import main
+    from spyrl.commands import main
 
     damage(run / "checkpoints" / "iter_00001")
     with pytest.raises(ckpt.CheckpointError, match=message):

@@ -1,6 +1,6 @@
 """User mistakes end in ``error: ...`` on one line and exit code 2, before any work (issue #11).
 
-In-process through ``spyrl.cli.main`` (a traceback would fail the test), plus subprocess runs
+In-process through ``spyrl.commands.main`` (a traceback would fail the test), plus subprocess runs
 that check what a user sees and a hypothesis fuzz test over commands, arguments and files.
 """
 
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spy_env.buffer import EpisodeBuffer
-from spyrl.cli import main
+from spyrl.commands import main
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,7 +18,7 @@ from spy_env.config import GameConfig
 from spy_env.confirm import CONFIRM_FILE, check_preregistration, confirm_documents, confirm_path
 from spy_env.corpus import DOCUMENT_SPLITS, CorpusFilter, load_embedded
 from spy_env.ledger import read_ledger
-from spyrl.cli import main
+from spyrl.commands import main
 from spyrl.evaluation.leaderboard import build_set, confirm_set, run_leaderboard
 
 pytestmark = pytest.mark.skipif(subprocess.run(["git", "--version"], capture_output=True).returncode, reason="no git")

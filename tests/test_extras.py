@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def spyrl_without(modules: list[str], *args: str) -> subprocess.CompletedProcess:
     """``spyrl ARGS`` in a fresh process in which ``modules`` cannot be imported (as if not installed)."""
     blocked = "".join(f"sys.modules[{m!r}] = None; " for m in modules)
-    code = f"import sys; {blocked}from spyrl.cli import main; sys.exit(main({list(args)!r}))"
+    code = f"import sys; {blocked}from spyrl.commands import main; sys.exit(main({list(args)!r}))"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 

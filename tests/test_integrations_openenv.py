@@ -151,7 +151,7 @@ def test_openenv_validate_passes_on_the_manifest_and_the_running_server(server):
     ],
 )
 def test_serve_mistakes_are_one_line_errors(argv, message, capsys):
-    from spyrl.cli import main
+    from spyrl.commands import main
 
     assert main(["serve", *argv]) == 2
     err = capsys.readouterr().err.strip()
@@ -161,7 +161,7 @@ def test_serve_mistakes_are_one_line_errors(argv, message, capsys):
 def test_serve_on_a_taken_port_is_a_one_line_error(capsys):
     import socket
 
-    from spyrl.cli import main
+    from spyrl.commands import main
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -263,7 +263,7 @@ def _game_starts(port) -> bool:
     ],
 )
 def test_serve_refuses_a_human_seat_and_bad_limits(argv, message, capsys):
-    from spyrl.cli import main
+    from spyrl.commands import main
 
     assert main(["serve", *argv]) == 2
     err = capsys.readouterr().err.strip()
@@ -271,7 +271,7 @@ def test_serve_refuses_a_human_seat_and_bad_limits(argv, message, capsys):
 
 
 def test_help_states_that_there_is_no_authentication(capsys):
-    from spyrl.cli import main
+    from spyrl.commands import main
 
     with pytest.raises(SystemExit):
         main(["serve", "--help"])

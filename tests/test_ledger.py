@@ -25,7 +25,7 @@ from spy_env.ledger import (
     recipe_hash,
     set_looks,
 )
-from spyrl.cli import main
+from spyrl.commands import main
 from spyrl.evaluation.leaderboard import RELEASED_SHA256, run_leaderboard
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ from agents import Action, SamplingParams
 from agents.decoding import is_vote
 from agents.registry import some_argument
 from spy_env.buffer import EpisodeBuffer
-from spyrl.cli import main
+from spyrl.commands import main
 
 
 class ToyPolicy:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from spy_env.buffer import EpisodeBuffer
 from spy_env.prompts import format_performances
-from spyrl.cli import main
+from spyrl.commands import main
 from tests.helpers import answer_server
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from spy_env.buffer import EpisodeBuffer
 from spy_env.prompts import format_performances
-from spyrl.cli import main
+from spyrl.commands import main
 from tests.helpers import answer_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,9 +134,9 @@ def test_yaml_that_refers_to_itself_or_merges_anchors():
 
 def test_an_error_line_is_capped():
     """Item 2: the expanded value was printed whole (254 MB)."""
-    from spyrl.cli import MAX_ERROR_CHARS, _one_line
+    from spyrl.commands import MAX_ERROR_CHARS, one_line
 
-    line = _one_line(ValueError("x" * 10**6))
+    line = one_line(ValueError("x" * 10**6))
     assert len(line) < MAX_ERROR_CHARS + 40 and line.endswith("(1000000 characters)")
 
 

@@ -18,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from spyrl.cli import main  # noqa: E402
+from spyrl.commands import main  # noqa: E402
 from trainers import SpyRLConfig  # noqa: E402
 from trainers import checkpoint as ckpt  # noqa: E402
 
@@ -223,7 +223,9 @@ def test_overwrite_replaces_a_saved_model_and_nothing_else(tmp_path):
 
     thesis = tmp_path / "thesis"
     before = _thesis(thesis)
-    with pytest.raises(ValueError, match=r"thesis' holds the folder 'chapters'.*--overwrite replaces only a model folder"):
+    with pytest.raises(
+        ValueError, match=r"thesis' holds the folder 'chapters'.*--overwrite replaces only a model folder"
+    ):
         save_pretrained(thesis, _Saves(), overwrite=True)
     assert _snapshot(thesis) == before
     (thesis / "chapters" / "one.tex").unlink()

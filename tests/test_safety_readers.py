@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from spyrl.cli import main
+from spyrl.commands import main
 
 ROOT = Path(__file__).resolve().parents[1]
 GSM8K = ROOT / "tests" / "fixtures" / "benchmarks" / "gsm8k"

@@ -21,7 +21,7 @@ import agents
 from spy_env.buffer import EpisodeBuffer
 from spy_env.config import GameConfig
 from spy_env.runner import Runner
-from spyrl.cli import main
+from spyrl.commands import main
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES_OF_A_GAME = 2 * 3  # perform and vote, three players, one round (the commands below)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from spy_env.buffer import EpisodeBuffer
-from spyrl.cli import main
+from spyrl.commands import main
 from tests.conftest import free_port
 
 ROW = {"run_id": "r", "game_id": 0, "document_id": "doc", "stage": "perform", "seat": 0, "role": "spy",

@@ -261,7 +261,7 @@ def test_a_documented_command_parses(page, command):
     parser, scripts' flags against their ``--help``."""
     words = _expanded(command)
     if words[0] == "spyrl":
-        from spyrl.cli import build_parser
+        from spyrl.commands import build_parser
 
         try:
             build_parser().parse_args(words[1:])

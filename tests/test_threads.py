@@ -10,7 +10,7 @@ import time
 import pytest
 
 from agents import threads
-from spyrl.cli import main
+from spyrl.commands import main
 
 
 def test_busy_cores_are_not_counted_free():

@@ -355,7 +355,7 @@ def trained(args: Any, model: Any, tokenizer: Any, start: float) -> dict[str, An
 
 def main(argv: list[str] | None = None) -> int:
     from spy_env.io import write_text
-    from spyrl.cli import quiet_libraries
+    from spyrl.commands.output import quiet_libraries
 
     quiet_libraries()  # no "Loading weights" bar before a user's one-line error
     args = parse(argv)

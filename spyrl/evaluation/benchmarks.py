@@ -113,18 +113,73 @@ def _strip_degree(value: Any) -> str:
 BENCHMARKS: dict[str, Benchmark] = {
     b.name: b
     for b in [
-        Benchmark("gsm8k", "openai/gsm8k", "main", "test", "math", 1, _math_item("question", lambda r: _gsm8k_gold(r["answer"])), 4096),
-        Benchmark("math500", "HuggingFaceH4/MATH-500", None, "test", "math", 1, _math_item("problem", lambda r: str(r["answer"])), 8192),
-        Benchmark("aime24", "HuggingFaceH4/aime_2024", None, "train", "math", 8, _math_item("problem", lambda r: str(r["answer"])), 16384),
-        Benchmark("aime25", "math-ai/aime25", None, "test", "math", 8, _math_item("problem", lambda r: _strip_degree(r["answer"])), 16384),
-        Benchmark("minerva", "math-ai/minervamath", None, "test", "math", 1, _math_item("question", lambda r: str(r["answer"])), 8192),
+        Benchmark(
+            "gsm8k",
+            "openai/gsm8k",
+            "main",
+            "test",
+            "math",
+            1,
+            _math_item("question", lambda r: _gsm8k_gold(r["answer"])),
+            4096,
+        ),
+        Benchmark(
+            "math500",
+            "HuggingFaceH4/MATH-500",
+            None,
+            "test",
+            "math",
+            1,
+            _math_item("problem", lambda r: str(r["answer"])),
+            8192,
+        ),
+        Benchmark(
+            "aime24",
+            "HuggingFaceH4/aime_2024",
+            None,
+            "train",
+            "math",
+            8,
+            _math_item("problem", lambda r: str(r["answer"])),
+            16384,
+        ),
+        Benchmark(
+            "aime25",
+            "math-ai/aime25",
+            None,
+            "test",
+            "math",
+            8,
+            _math_item("problem", lambda r: _strip_degree(r["answer"])),
+            16384,
+        ),
+        Benchmark(
+            "minerva",
+            "math-ai/minervamath",
+            None,
+            "test",
+            "math",
+            1,
+            _math_item("question", lambda r: str(r["answer"])),
+            8192,
+        ),
         Benchmark("mmlu_pro", "TIGER-Lab/MMLU-Pro", None, "test", "mc", 1, _mmlu_pro, 4096),
         Benchmark("gpqa_diamond", "Idavidrein/gpqa", "gpqa_diamond", "train", "mc", 4, _gpqa, 8192),
-        Benchmark("amc23", "math-ai/amc23", None, "test", "math", 8, _math_item("question", lambda r: str(r["answer"])), 16384),
-        Benchmark("olympiadbench", "math-ai/olympiadbench", None, "test", "math", 1,
-                  _math_item("question", lambda r: str(next(iter(r["final_answer"]))).strip("$ ")), 16384),
+        Benchmark(
+            "amc23", "math-ai/amc23", None, "test", "math", 8, _math_item("question", lambda r: str(r["answer"])), 16384
+        ),
+        Benchmark(
+            "olympiadbench",
+            "math-ai/olympiadbench",
+            None,
+            "test",
+            "math",
+            1,
+            _math_item("question", lambda r: str(next(iter(r["final_answer"]))).strip("$ ")),
+            16384,
+        ),
     ]
-}  # fmt: skip
+}
 
 
 def token_budget(names: Sequence[str]) -> int:

@@ -119,9 +119,12 @@ class SpyTaskset(vf.Taskset[SpyTask, SpyTasksetConfig]):
         for i in range(self.config.num_games):
             seed = int(rng.integers(2**31 - 1))
             data = SpyTaskData(
-                id=f"game-{seed}", name=f"game {i}", game_seed=seed, n_players=self.config.n_players,
+                id=f"game-{seed}",
+                name=f"game {i}",
+                game_seed=seed,
+                n_players=self.config.n_players,
                 degrade=self.config.degrade,
-            )  # fmt: skip
+            )
             yield SpyTask(data, self.config.task)
 
 

@@ -62,11 +62,31 @@ _NUMBER = re.compile(r"^[-+]?\$?\d[\d.,]*\$?[.,;:)]?$")
 _ITERATION_FILE = re.compile(r"iter_(\d+)")
 # The buffer columns the page needs (token ids of prompts are large and unused).
 _COLUMNS = (
-    "run_id", "game_id", "document_id", "round", "stage", "seat", "role", "agent_name", "policy_version",
-    "prompt", "completion", "completion_token_ids", "logprobs", "finish_reason", "error", "violations",
-    "vote", "votes_received", "reward", "reward_detect", "reward_perform", "reward_penalty", "spy_seat",
+    "run_id",
+    "game_id",
+    "document_id",
+    "round",
+    "stage",
+    "seat",
+    "role",
+    "agent_name",
+    "policy_version",
+    "prompt",
+    "completion",
+    "completion_token_ids",
+    "logprobs",
+    "finish_reason",
+    "error",
+    "violations",
+    "vote",
+    "votes_received",
+    "reward",
+    "reward_detect",
+    "reward_perform",
+    "reward_penalty",
+    "spy_seat",
     "spy_caught",
-)  # fmt: skip
+)
 
 
 # ------------------------------------------------------------------ input kinds

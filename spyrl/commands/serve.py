@@ -1,4 +1,4 @@
-"""``spyrl serve``: the game as an OpenEnv server (the logic lives here; ``spyrl.cli`` only registers it)."""
+"""``spyrl serve``: one seat of the game as an OpenEnv server (``spyrl.integrations.openenv`` is the server)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ import argparse
 import math
 import socket
 
+from spy_env.degrade import DEGRADERS
 from spyrl.integrations._guard import MAX_IDLE_TIMEOUT_S
-
-__all__ = ["add_serve_command", "cmd_serve"]
 
 NO_AUTH = (
     "The server has no authentication: anyone who can reach --host:--port can play and use the models it "
@@ -16,8 +15,8 @@ NO_AUTH = (
 )
 
 
-def add_serve_command(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
         "serve",
         help="serve one seat of the game as an OpenEnv environment (HTTP + WebSocket; no authentication)",
         description="Serve one seat of the game as an OpenEnv environment: play it over the WebSocket /ws "
@@ -39,7 +38,9 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-document-chars", type=int, default=None, help="truncate source documents to this many characters"
     )
-    p.add_argument("--degrade", default=None, help="degradation operator (default: the task's)")
+    p.add_argument(
+        "--degrade", default=None, help=f"degradation operator: {', '.join(sorted(DEGRADERS))} (default: the task's)"
+    )
     p.add_argument("--max-sessions", type=int, default=64, help="concurrent WebSocket sessions, all clients together")
     p.add_argument("--per-client", type=int, default=16, help="concurrent WebSocket sessions of one client address")
     p.add_argument(
@@ -51,10 +52,10 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-request-bytes", type=int, default=1_000_000, help="largest HTTP body or WebSocket message (bytes)"
     )
-    p.set_defaults(func=cmd_serve)
+    return p
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from agents.registry import backend_of, spec_problem
     from agents.sampling import SamplingParams
     from spy_env.config import GameConfig
