@@ -12,7 +12,10 @@ after one warm-up run that fills the conversion cache:
 - ``default``: what ``spyrl play`` does today (``--dtype fast``: bf16 where native, shared prefixes).
 
 Prints the median and spread of each path's wall time and its ratio to the first, measured in this
-run. Then two checks that the fast paths play the same game:
+run, then the start-up row: what a fresh ``spyrl play`` does before its first token (``--dtype float32``),
+timed in a fresh process phase by phase (the CLI's imports; torch and transformers; the model and its
+tokenizer; the corpus and the first game's reset), beside the float32 game it precedes. Then two checks
+that the fast paths play the same game:
 
 - greedy (``--temperature 0``) float32 games with and without shared prefixes: the same tokens;
 - SmolLM2's constrained vote (its argmax seat) on a fixed set of vote prompts (``--agreement-games``
@@ -48,6 +51,38 @@ def play(agent: str, seed: int, out: Path, extra: list[str]) -> float:
     start = time.perf_counter()
     subprocess.run(command + extra, check=True, capture_output=True)
     return time.perf_counter() - start
+
+
+# What `spyrl play --agent AGENT --dtype float32` does before its first token, timed phase by phase.
+STARTUP = """
+import json, sys, time
+start = time.perf_counter()
+from spyrl.commands import build_parser
+import spyrl.commands.play, spy_env.runner
+cli = time.perf_counter()
+import torch, transformers
+libraries = time.perf_counter()
+from spyrl.commands.common import game_config
+from spyrl.commands.policies import seat_policies
+args = build_parser().parse_args(["play", "--agent", sys.argv[1], "--dtype", "float32"])
+config = game_config(args)
+seat_policies(args, config.n_players)
+model = time.perf_counter()
+import spy_env
+spy_env.parallel_env(config).reset(seed=0)
+game = time.perf_counter()
+print(json.dumps({"CLI imports": cli - start, "torch and transformers": libraries - cli,
+                  "model and tokenizer": model - libraries, "corpus and reset": game - model}))
+"""
+
+
+def startup(agent: str) -> tuple[float, dict[str, float]]:
+    """A fresh process's wall time up to the first token, and its phases (interpreter start-up and exit
+    are the wall time less the phases)."""
+    start = time.perf_counter()
+    run = subprocess.run([sys.executable, "-c", STARTUP, agent], check=True, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    return wall, json.loads(run.stdout.strip().splitlines()[-1])
 
 
 def tokens(out: Path) -> list[list[int]]:
@@ -110,6 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, runs in times.items():
         median = statistics.median(runs)
         print(f"  {name:<52} {median:6.1f} s  (min {min(runs):.1f}, max {max(runs):.1f})  ×{base / median:.2f}")
+
+    starts = [startup(agent) for _ in range(args.reps)]
+    wall = statistics.median(w for w, _ in starts)
+    game = statistics.median(times["float32, shared prefixes"])
+    phases = ", ".join(f"{k} {statistics.median(p[k] for _, p in starts):.1f} s" for k in starts[0][1])
+    print(f"  {'start-up before the first token (float32)':<52} {wall:6.1f} s  ({phases}; ", end="")
+    print(f"{wall / game:.0%} of the float32 shared-prefix game)")
 
     greedy = [*short, "--temperature", "0", "--dtype", "float32"]
     play(agent, args.seed, folder / "shared.jsonl", greedy)
