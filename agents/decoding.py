@@ -20,7 +20,10 @@ allowed tokens) or *forced* (a single allowed token). :attr:`DecodeProgram.score
 sampled ones: those are the model's decisions, the only tokens a policy gradient should score.
 Forced tokens keep their log-probabilities for the record but carry no decision.
 
-The options are one record, :class:`DecodingOptions`, whatever the backend. The programs work on
+Each vote mode and answer mode is a registered object (:data:`VOTE_MODES`, :data:`ANSWER_MODES`,
+:class:`agents.registry.Registry`) that says what it does (a choice to score, reasoning first, ``N/A``
+allowed, a forced answer); backends and the trainer ask it and never compare its name. The options
+are one record, :class:`DecodingOptions`, whatever the backend. The programs work on
 token ids and are backend-independent; :class:`ProgramsProcessor` runs them inside ``generate`` as
 a logits processor (:class:`agents.hf.HFPolicy` uses it). vLLM has no per-token hook, so its backends send the same constraints as
 structured-output patterns (:func:`vote_regex`, :func:`boxed_body_regex`,
@@ -30,20 +33,24 @@ structured-output patterns (:func:`vote_regex`, :func:`boxed_body_regex`,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from agents.registry import Registry
+from spy_env.config import shown
 from spy_env.stage import Stage
 
 __all__ = [
     "ANSWER_MODES",
     "CHARS_PER_TOKEN",
     "VOTE_MODES",
+    "AnswerMode",
     "AnswerProgram",
     "DecodeProgram",
     "DecodingOptions",
     "ProgramsProcessor",
+    "VoteMode",
     "VoteProgram",
     "boxed_answer_regex",
     "boxed_body_regex",
@@ -52,40 +59,110 @@ __all__ = [
     "vote_regex",
 ]
 
-VOTE_MODES = ("free", "constrained", "think-then-vote")
-ANSWER_MODES = ("free", "boxed")
 CHARS_PER_TOKEN = 4  # structured outputs count characters, not tokens: a token's worth of text
+
+
+@dataclass(frozen=True)
+class VoteMode:
+    """A ``vote_mode``: how a vote's reply is decoded, and what the backends and the trainer may expect of it.
+
+    ``scores_choices``: the reply ends in a forced ``<vote>k</vote>`` whose ``k`` the model picks among
+    the legal seats, so the vote has a choice step with a distribution over the choices (a free vote
+    has neither). ``uses_thinking``: free reasoning, up to ``think_tokens``, comes before the forced
+    tag. ``allows_abstain``: with ``abstain`` the vote may be ``N/A``.
+    """
+
+    scores_choices: bool = False
+    uses_thinking: bool = False
+    allows_abstain: bool = True
+
+    @property
+    def one_forward_pass(self) -> bool:
+        """Whether the reply is the forced tag around the choice alone, so that one forward pass over
+        ``prompt + <vote>`` decides it (nothing is generated before the choice)."""
+        return self.scores_choices and not self.uses_thinking
+
+
+@dataclass(frozen=True)
+class AnswerMode:
+    """An ``answer``: how a performance ends.
+
+    ``forces_answer``: a body that runs out of budget without a complete ``\\boxed{…}`` gets a forced
+    ``\\boxed{`` and the model's answer (on vLLM a second, shaped request: one call's pattern cannot).
+    """
+
+    forces_answer: bool = False
+
+
+VOTE_MODES: Registry[VoteMode] = Registry("vote_mode")
+VOTE_MODES.register("free", VoteMode())  # sampled as is; the game parses it
+VOTE_MODES.register("constrained", VoteMode(scores_choices=True, allows_abstain=False))  # the bare tag with a seat
+VOTE_MODES.register("think-then-vote", VoteMode(scores_choices=True, uses_thinking=True))
+ANSWER_MODES: Registry[AnswerMode] = Registry("answer")
+ANSWER_MODES.register("free", AnswerMode())
+ANSWER_MODES.register("boxed", AnswerMode(forces_answer=True))
 
 
 @dataclass(frozen=True)
 class DecodingOptions:
     """How an LLM's replies are shaped while decoded (see the module docstring), for any backend.
 
-    ``vote_mode`` (:data:`VOTE_MODES`), ``think_tokens`` (the reasoning budget of
+    ``vote_mode`` (a name in :data:`VOTE_MODES`), ``think_tokens`` (the reasoning budget of
     think-then-vote), ``abstain`` (forced votes may pick ``N/A``; never in ``constrained``; off by
-    default: a forced vote names a seat), ``answer`` (:data:`ANSWER_MODES`) and ``answer_tokens``
-    (the length of a forced answer). Every backend and the trainer take this one record;
+    default: a forced vote names a seat), ``answer`` (a name in :data:`ANSWER_MODES`) and
+    ``answer_tokens`` (the length of a forced answer). Every backend and the trainer take this one
+    record (the trainer's ``decoding`` section is this record with its sampling settings added);
+    :attr:`vote` and :attr:`ending` are the registered modes the names choose, and
     :meth:`check_supported` refuses options an engine cannot honour.
     """
 
-    vote_mode: str = "free"
-    think_tokens: int = 32
-    abstain: bool = False
-    answer: str = "free"
-    answer_tokens: int = 12
+    vote_mode: str = field(
+        default="free",
+        metadata={
+            "help": "How votes are decoded (local models): free; constrained (<vote>k</vote>, the model picks k: "
+            "warm start); think-then-vote (free reasoning up to think_tokens, then a forced <vote>k</vote>). "
+            "Forced tokens are recorded but never scored."
+        },
+    )
+    think_tokens: int = field(default=32, metadata={"help": "Reasoning budget of think-then-vote votes, in tokens."})
+    abstain: bool = field(
+        default=False, metadata={"help": "Forced votes may also pick N/A (the game allows it); off: a seat is named."}
+    )
+    answer: str = field(
+        default="free",
+        metadata={
+            "help": "How performances end (local models): free, or boxed (a \\boxed{} answer is forced when the "
+            "budget runs out)."
+        },
+    )
+    answer_tokens: int = field(
+        default=12, metadata={"help": "Tokens the model may write inside a forced \\boxed{} answer."}
+    )
 
     def __post_init__(self) -> None:
-        if self.vote_mode not in VOTE_MODES:
-            raise ValueError(f"vote_mode must be one of {VOTE_MODES}, got {self.vote_mode!r}")
-        if self.answer not in ANSWER_MODES:
-            raise ValueError(f"answer must be one of {ANSWER_MODES}, got {self.answer!r}")
+        """Refuse a name no mode is registered under, or a budget below 1 (errors name the field as
+        ``<class>.<field>``)."""
+        where = type(self).__name__
+        for name, modes in (("vote_mode", VOTE_MODES), ("answer", ANSWER_MODES)):
+            if getattr(self, name) not in modes:
+                raise ValueError(f"{where}.{name} must be one of {tuple(modes)}, got {shown(getattr(self, name))}")
         for name in ("think_tokens", "answer_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+                raise ValueError(f"{where}.{name} must be an integer >= 1, got {shown(value)}")
+
+    @property
+    def vote(self) -> VoteMode:
+        """The registered :class:`VoteMode` of ``vote_mode``."""
+        return VOTE_MODES[self.vote_mode]
+
+    @property
+    def ending(self) -> AnswerMode:
+        """The registered :class:`AnswerMode` of ``answer``."""
+        return ANSWER_MODES[self.answer]
 
     def check_supported(
-        self, engine: str, *, vote_modes: Sequence[str] = VOTE_MODES, answers: Sequence[str] = ANSWER_MODES
+        self, engine: str, *, vote_modes: Collection[str] = VOTE_MODES, answers: Collection[str] = ANSWER_MODES
     ) -> DecodingOptions:
         """These options, or a ``ValueError`` naming the field ``engine`` cannot honour.
 
@@ -106,7 +183,7 @@ class DecodingOptions:
     @property
     def offers_abstain(self) -> bool:
         """Whether a forced vote may pick ``N/A`` (``constrained`` is the bare tag with a seat)."""
-        return self.abstain and self.vote_mode != "constrained"
+        return self.abstain and self.vote.allows_abstain
 
     def vote_pattern(self, observations: Sequence[Mapping[str, Any]]) -> str | None:
         """The structured-output regex of a batch of votes under these options (None: free).
@@ -116,9 +193,9 @@ class DecodingOptions:
         >>> DecodingOptions("constrained").vote_pattern([{"stage": 1, "vote_targets": [0, 1]}])
         '<vote>(?:2)</vote>'
         """
-        if self.vote_mode == "free":
+        if not self.vote.scores_choices:
             return None
-        think = CHARS_PER_TOKEN * self.think_tokens if self.vote_mode == "think-then-vote" else 0
+        think = CHARS_PER_TOKEN * self.think_tokens if self.vote.uses_thinking else 0
         return vote_regex(observations, abstain=self.offers_abstain, think_chars=think)
 
 

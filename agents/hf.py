@@ -233,15 +233,15 @@ class HFPolicy:
         eos = sorted(self.eos_ids)[0]
         if is_vote(observation):
             return self._vote_program(observation, eos)
-        return self._answer_program(eos) if self.decoding.answer == "boxed" else None
+        return self._answer_program(eos) if self.decoding.ending.forces_answer else None
 
     def _vote_program(self, observation: Observation, eos: int) -> VoteProgram | None:
-        if self.decoding.vote_mode == "free":
+        if not self.decoding.vote.scores_choices:
             return None
         choices = {k: self._ids(k) for k in vote_choices(observation, self.decoding.offers_abstain)}
         if not choices:
             return None
-        thinking = self.decoding.vote_mode == "think-then-vote"
+        thinking = self.decoding.vote.uses_thinking
         return VoteProgram(
             self._ids("<vote>"),
             choices,

@@ -1,4 +1,14 @@
-"""The backend registry: every kind of spec that :func:`agents.load` turns into a policy.
+"""The registries: :class:`Registry`, the name → strategy map of every setting that picks a strategy by
+name, and the backend registry, every kind of spec that :func:`agents.load` turns into a policy.
+
+A :class:`Registry` keeps its names in registration order and refuses a name twice (as verl's
+``register_adv_est`` does). A setting's string value (``vote_mode="constrained"``,
+``rollout.generation="hf"``) is looked up in its registry (:meth:`Registry.of`), and the code asks the
+registered object what it can do; it never compares the name. The packages' registries:
+:data:`agents.decoding.VOTE_MODES` and :data:`agents.decoding.ANSWER_MODES`, the trainer's rollout
+engines (``trainers.engines``), performing rewards (``trainers.samples``), mini-batch units
+(``trainers.update``), loss aggregations, vote gradients and advantage groupings, and
+:data:`BACKENDS` below.
 
 A backend is a name (the part of a spec before ``:``), the form users write (``hf:PATH_OR_ID``),
 a one-line help, which arguments the form accepts, and a factory. ``agents.load``, the table in
@@ -21,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from agents.sampling import SamplingParams
 from spy_env.policy import Policy
@@ -30,6 +40,7 @@ __all__ = [
     "BACKENDS",
     "Backend",
     "BackendFactory",
+    "Registry",
     "any_argument",
     "backend_of",
     "backends_table",
@@ -42,6 +53,58 @@ __all__ = [
 ]
 
 BackendFactory = Callable[..., Policy]
+T = TypeVar("T")
+_NOTHING: Any = object()
+
+
+class Registry(dict[str, T], Generic[T]):
+    """The strategies of one setting by name, in registration order (a ``dict``: ``name in``, ``[name]``,
+    iteration over the names).
+
+    ``setting`` is the name of the setting that chooses among them (``"vote_mode"``); errors name it.
+
+    >>> modes = Registry("mode")
+    >>> modes.register("fast", 1)
+    1
+    >>> @modes.register("slow")
+    ... def slow(): ...
+    >>> list(modes), modes.of("fast")
+    (['fast', 'slow'], 1)
+    >>> modes.register("fast", 2)
+    Traceback (most recent call last):
+    ...
+    ValueError: a mode named 'fast' is already registered
+    >>> modes.of("medium")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown mode 'medium'; expected one of ['fast', 'slow']
+    """
+
+    def __init__(self, setting: str) -> None:
+        super().__init__()
+        self.setting = setting
+
+    def register(self, name: str, entry: Any = _NOTHING) -> Any:
+        """Make ``entry`` the strategy ``name`` and return it; without ``entry``, a decorator that registers
+        what it decorates (as ``functools.singledispatch``'s ``register``). A registered name raises
+        ``ValueError``: a second strategy never silently replaces the first."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a {self.setting} is registered under a non-empty string, got {name!r}")
+        if entry is _NOTHING:
+            return lambda decorated: self.register(name, decorated)
+        if name in self:
+            raise ValueError(f"a {self.setting} named {name!r} is already registered")
+        self[name] = entry
+        return entry
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and super().__contains__(name)
+
+    def of(self, name: str) -> T:
+        """The strategy called ``name``, or a ``ValueError`` naming the setting and the registered names."""
+        if name not in self:
+            raise ValueError(f"unknown {self.setting} {name!r}; expected one of {sorted(self)}")
+        return self[name]
 
 
 def no_argument(argument: str) -> bool:
@@ -90,7 +153,7 @@ class Backend:
             raise ValueError(f"backend {self.name!r}: decoding options need an llm backend")
 
 
-BACKENDS: dict[str, Backend] = {}
+BACKENDS: Registry[Backend] = Registry("backend")
 
 
 def register_backend(
@@ -111,9 +174,7 @@ def register_backend(
     """
 
     def wrap(factory: BackendFactory) -> BackendFactory:
-        if name in BACKENDS:
-            raise ValueError(f"a backend named {name!r} is already registered")
-        BACKENDS[name] = Backend(name, spec or name, help, factory, accepts, llm, decoding, loading_note, check)
+        BACKENDS.register(name, Backend(name, spec or name, help, factory, accepts, llm, decoding, loading_note, check))
         return factory
 
     return wrap

@@ -94,10 +94,10 @@ def plan_request(
         pattern = decoding.vote_pattern([observation])
         if pattern is None:
             return Request(max_new_tokens)
-        reasoning = CHARS_PER_TOKEN * decoding.think_tokens if decoding.vote_mode == "think-then-vote" else 0
+        reasoning = CHARS_PER_TOKEN * decoding.think_tokens if decoding.vote.uses_thinking else 0
         longest = max(len(f"<vote>{choice}</vote>") for choice in vote_choices(observation, decoding.offers_abstain))
         return Request(max(max_new_tokens, reasoning + longest), pattern)
-    if decoding.answer != "boxed":
+    if not decoding.ending.forces_answer:
         return Request(max_new_tokens, perform=True)
     budget = max_new_tokens - answer_reserve
     if budget < 1:
@@ -214,7 +214,7 @@ class VLLMPolicy:
     def _act(self, observations: Sequence[Observation], prompts: list[list[int]]) -> list[Action]:
         if not observations:
             return []
-        reserve = self._answer_reserve() if self.decoding.answer == "boxed" else 0
+        reserve = self._answer_reserve() if self.decoding.ending.forces_answer else 0
         requests = [plan_request(obs, self.decoding, self.sampling.max_new_tokens, reserve) for obs in observations]
         replies = self._generate(prompts, requests)
         unanswered = [

@@ -157,10 +157,9 @@ MUTANTS = [
       ("return (torch.exp(delta) - delta - 1).clamp(-10.0, 10.0)", "return torch.exp(delta) - delta - 1")),
     m("KL", "k3 clamp widened", "trainers/loss.py", (".clamp(-10.0, 10.0)", ".clamp(-10.0, 1000.0)")),
     m("Mini-batch", "documents counted as samples", "trainers/update.py",
-      ("updates = -(-documents // config.mini_batch_size)", "updates = 0")),
+      ("    return -(-documents // mini_batch_size)", "    return 0")),
     m("Mini-batch", "document-counted updates rounded down", "trainers/update.py",
-      ("updates = -(-documents // config.mini_batch_size)",
-       "updates = max(1, documents // config.mini_batch_size)")),
+      ("    return -(-documents // mini_batch_size)", "    return max(1, documents // mini_batch_size)")),
     m("Hyper-parameters", "learning rate", "trainers/presets.py", ('"learning_rate": 1e-6,', '"learning_rate": 1e-5,')),
     m("Hyper-parameters", "model id", "trainers/presets.py",
       ('"name_or_path": "Qwen/Qwen3-4B-Instruct-2507",', '"name_or_path": "Qwen/Qwen3-4B",')),
@@ -197,7 +196,8 @@ MUTANTS = [
       ('"accuracy": float(np.mean([runs[name]["accuracy"] for name in CARD_BENCHMARKS])),',
        '"accuracy": float(np.mean([runs[name]["accuracy"] for name in CARD_BENCHMARKS if name not in GUESSED_BENCHMARKS])),')),
     m("Benchmark evaluation", "GSM8K's budget cut to 128 tokens", "spyrl/evaluation/benchmarks.py",
-      ('_math_item("question", lambda r: _gsm8k_gold(r["answer"])), 4096)', '_math_item("question", lambda r: _gsm8k_gold(r["answer"])), 128)')),
+      ('_math_item("question", lambda r: _gsm8k_gold(r["answer"])),\n            4096,',
+       '_math_item("question", lambda r: _gsm8k_gold(r["answer"])),\n            128,')),
 ]  # fmt: skip
 
 

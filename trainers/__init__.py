@@ -4,7 +4,8 @@ One job per module: ``grpo`` (the trainer and its loop), ``samples`` (which rows
 advantages), ``algorithm`` (Eq. 5, RAE, the stage controller), ``update`` (micro-batches and the
 update's pieces), ``loss`` (Eq. 7), ``logprobs``, ``policies`` (who plays the rollouts), ``models``
 (what trains, the reference), ``documents``, ``seeds``, ``metrics``, ``processes`` (several
-processes), ``checkpoint``, ``config`` / ``validation`` / ``presets``, ``vllm_engine``, ``sinks``.
+processes), ``checkpoint``, ``config`` / ``validation`` / ``presets``, ``engines`` (the rollout engines),
+``vllm_engine``, ``sinks``; ``perform_rewards``, ``choices`` and ``groups`` hold strategies of the samples.
 
 >>> from trainers import SpyRLConfig
 >>> SpyRLConfig.preset("qwen3-4b-paper").loss.beta
@@ -13,8 +14,14 @@ processes), ``checkpoint``, ``config`` / ``validation`` / ``presets``, ``vllm_en
 
 from __future__ import annotations
 
+import importlib
+
 from trainers.config import SpyRLConfig
 from trainers.presets import PRESETS
+
+# Built-in strategies registered outside the module of their registry register on import (a setting
+# naming them is checked against the registry): perform_reward "expected".
+importlib.import_module("trainers.perform_rewards")
 
 __all__ = ["PRESETS", "SpyRLConfig", "SpyRLTrainer"]
 

@@ -22,6 +22,7 @@ from spy_env.stage import Stage
 from trainers.validation import bad, check_section, setting
 
 __all__ = [
+    "ROLES",
     "RAEBaselines",
     "StageConfig",
     "StageController",
@@ -30,11 +31,14 @@ __all__ = [
     "group_normalized_advantages",
     "group_scaled",
     "moments_stats",
+    "role_means",
+    "role_reward_sums",
 ]
 
 # the schedule names of the fixed schedules (configs store them; past parsing a stage is a Stage)
 DETECT = Stage.VOTE.schedule_name
 PERFORM = Stage.PERFORM.schedule_name
+ROLES = ("civilian", "spy")  # the roles RAE keeps a baseline for, in the order processes add up their rewards
 
 
 def group_normalized_advantages(
@@ -209,6 +213,25 @@ class RAEBaselines:
         self.alpha = float(state["alpha"])
         self.baselines = {k: float(v) for k, v in state["baselines"].items()}
         self.init = str(state.get("init", "zero"))  # checkpoints before `init` existed started at 0
+
+
+def role_reward_sums(rewards: Sequence[float], roles: Sequence[str]) -> list[float]:
+    """``[Σ r_civilian, Σ r_spy, n_civilian, n_spy]``: what processes add up for global role means.
+
+    >>> role_reward_sums([1.0, -2.0, 3.0], ["civilian", "spy", "civilian"])
+    [4.0, -2.0, 2, 1]
+    """
+    totals = [sum(r for r, k in zip(rewards, roles, strict=True) if k == role) for role in ROLES]
+    return totals + [roles.count(role) for role in ROLES]
+
+
+def role_means(sums: Sequence[float]) -> dict[str, float]:
+    """``r̄_role`` from :func:`role_reward_sums` (summed over processes), for the roles present.
+
+    >>> role_means([4.0, 0.0, 2, 0])
+    {'civilian': 2.0}
+    """
+    return {role: sums[i] / sums[i + 2] for i, role in enumerate(ROLES) if sums[i + 2]}
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from agents.registry import Registry
+
 __all__ = [
     "VOTE_GRADIENTS",
     "Choice",
@@ -125,8 +127,9 @@ def expected_moments(rows: Sequence[Mapping[str, Any]], weight_detect: float = 1
     [0.5, 0.5, 1]
     """
     _, dists, rewards = _choice_distributions(rows, weight_detect)
-    return [float(sum(q @ r for q, r in zip(dists, rewards, strict=True))),
-            float(sum(q @ r**2 for q, r in zip(dists, rewards, strict=True))), len(rows)]  # fmt: skip
+    first = float(sum(q @ r for q, r in zip(dists, rewards, strict=True)))  # Σ E_q[r]
+    second = float(sum(q @ r**2 for q, r in zip(dists, rewards, strict=True)))  # Σ E_q[r²]
+    return [first, second, len(rows)]
 
 
 def expected_advantages(
@@ -238,21 +241,18 @@ class VoteGradient:
         return self.loss is not None
 
 
-VOTE_GRADIENTS: dict[str, VoteGradient] = {}
+VOTE_GRADIENTS: Registry[VoteGradient] = Registry("vote_gradient")
 
 
 def register_vote_gradient(name: str, gradient: VoteGradient) -> VoteGradient:
     """Make ``gradient`` the ``vote_gradient`` called ``name`` (the ``SpyRLConfig`` field ``advantages.vote_gradient``)."""
     if (gradient.weights is None) != (gradient.loss is None):
         raise ValueError(f"vote gradient {name!r} needs both weights and loss, or neither (the sampled form)")
-    VOTE_GRADIENTS[name] = gradient
-    return gradient
+    return VOTE_GRADIENTS.register(name, gradient)
 
 
 def vote_gradient_of(name: str) -> VoteGradient:
-    if name not in VOTE_GRADIENTS:
-        raise ValueError(f"unknown vote_gradient {name!r}; expected one of {sorted(VOTE_GRADIENTS)}")
-    return VOTE_GRADIENTS[name]
+    return VOTE_GRADIENTS.of(name)
 
 
 register_vote_gradient("sampled", VoteGradient())

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+from agents.decoding import ANSWER_MODES
 from spy_env.config import GameConfig, coerce_floats
 from trainers.algorithm import StageConfig
 from trainers.choices import vote_gradient_of
@@ -45,7 +46,7 @@ from trainers.loss import LossConfig
 from trainers.models import ModelConfig
 from trainers.policies import DecodingConfig, RolloutConfig
 from trainers.presets import PRESETS
-from trainers.samples import AdvantageConfig
+from trainers.samples import AdvantageConfig, perform_reward_of
 from trainers.update import UpdateConfig
 from trainers.validation import bad, check_section, setting
 
@@ -151,14 +152,15 @@ class SpyRLConfig:
             )
 
     def _check_across(self) -> None:
-        """The rules that tie two sections together (each section checked its own fields already)."""
+        """The rules that tie two sections together (each section checked its own fields already); each asks
+        the registered strategies (the engine, the vote mode, the vote gradient, the performing reward) what
+        they support."""
         decoding, rollout, advantages = self.decoding, self.rollout, self.advantages
         gradient = vote_gradient_of(advantages.vote_gradient)
-        # votes whose choice distribution is recorded: the hf policy's, or forward votes on the trained model
-        # (vLLM rollouts do not record which tokens were allowed)
-        recorded_votes = rollout.generation == "hf" or rollout.forward_votes
-        if gradient.scores_choices and (decoding.vote_mode == "free" or not recorded_votes):
-            # a free vote has no choice step
+        # votes whose choice distribution is recorded: an engine that records them (hf), or forward votes on the
+        # trained model (vLLM rollouts do not record which tokens were allowed); a free vote has no choice step
+        recorded_votes = decoding.vote.scores_choices and (rollout.engine.records_votes or rollout.forward_votes)
+        if gradient.scores_choices and not recorded_votes:
             raise bad(
                 advantages,
                 "vote_gradient",
@@ -171,20 +173,8 @@ class SpyRLConfig:
             raise bad(
                 advantages, "vote_gradient", "'sampled' or 'supervised' unless decoding.temperature is 1 and top_p 1"
             )
-        if advantages.perform_reward == "expected" and (
-            decoding.vote_mode == "free" or not recorded_votes or decoding.temperature != 1 or decoding.top_p < 1
-        ):  # m̃ = Σ q needs the votes drawn from the recorded q (trainers/perform_rewards.py)
-            raise bad(
-                advantages,
-                "perform_reward",
-                "'sampled' unless votes are constrained or think-then-vote, rollout.generation hf (or forward_votes), "
-                "temperature 1, top_p 1",
-            )
-        if advantages.perform_reward == "expected" and advantages.perform_group_norm:
-            # (r − b_role)/(std_g + ε) is only centred by b_role: continuous rewards whose replays differ by a
-            # hair divide a large r − b by a tiny std (a gradient norm of 3,424 measured in one such run)
-            raise bad(advantages, "perform_reward", "'sampled' when perform_group_norm is on")
-        if rollout.forward_votes and (decoding.vote_mode != "constrained" or decoding.top_p < 1):
+        self._check_perform_reward(recorded_votes)
+        if rollout.forward_votes and (not decoding.vote.one_forward_pass or decoding.top_p < 1):
             raise bad(rollout, "forward_votes", "False unless decoding.vote_mode is 'constrained' and top_p 1")
         self._check_vllm_decoding()
         needs_replays = grouping_of(advantages.detect_advantage_groups).needs_replayed_setups
@@ -196,15 +186,35 @@ class SpyRLConfig:
                 "'game' unless rollout.replay_setup is on and games_per_document >= 2",
             )
 
+    def _check_perform_reward(self, recorded_votes: bool) -> None:
+        """What the performing reward needs of the votes (``recorded_votes``: each has a choice distribution
+        the engine recorded) and of the advantages."""
+        decoding, advantages = self.decoding, self.advantages
+        reward = perform_reward_of(advantages.perform_reward)
+        if reward.needs_vote_distributions and (
+            not recorded_votes or decoding.temperature != 1 or decoding.top_p < 1
+        ):  # m̃ = Σ q needs the votes drawn from the recorded q (trainers/perform_rewards.py)
+            raise bad(
+                advantages,
+                "perform_reward",
+                "'sampled' unless votes are constrained or think-then-vote, rollout.generation hf (or forward_votes), "
+                "temperature 1, top_p 1",
+            )
+        if reward.continuous and advantages.perform_group_norm:
+            # (r − b_role)/(std_g + ε) is only centred by b_role: continuous rewards whose replays differ by a
+            # hair divide a large r − b by a tiny std (a gradient norm of 3,424 measured in one such run)
+            raise bad(advantages, "perform_reward", "'sampled' when perform_group_norm is on")
+
     def _check_vllm_decoding(self) -> None:
         """Through TRL's ``generate`` (a server, a tensor-parallel group, sleep mode) a vLLM call has one
         pattern and one temperature: no boxed ending, no temperature of the performances' own."""
         decoding, rollout = self.decoding, self.rollout
-        if rollout.generation == "hf" or rollout.drives_colocated_engine:
+        if rollout.decodes_each_request:
             return
         where = f"rollout.generation={rollout.generation!r} unless vllm-colocate on one device without sleep mode"
-        if decoding.answer != "free":
-            raise bad(decoding, "answer", f"'free' with {where}")
+        if decoding.ending.forces_answer:
+            unforced = " or ".join(repr(name) for name, mode in ANSWER_MODES.items() if not mode.forces_answer)
+            raise bad(decoding, "answer", f"{unforced} with {where}")
         if decoding.perform_temperature is not None:
             raise bad(decoding, "perform_temperature", f"None with {where}")
 

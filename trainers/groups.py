@@ -12,6 +12,8 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agents.registry import Registry
+
 __all__ = ["ADVANTAGE_GROUPINGS", "AdvantageGrouping", "advantage_groups", "grouping_of", "register_advantage_grouping"]
 
 
@@ -30,13 +32,12 @@ class AdvantageGrouping:
     needs_replayed_setups: bool = False
 
 
-ADVANTAGE_GROUPINGS: dict[str, AdvantageGrouping] = {}
+ADVANTAGE_GROUPINGS: Registry[AdvantageGrouping] = Registry("detect_advantage_groups")
 
 
 def register_advantage_grouping(name: str, grouping: AdvantageGrouping) -> AdvantageGrouping:
     """Make ``grouping`` the ``detect_advantage_groups`` called ``name``."""
-    ADVANTAGE_GROUPINGS[name] = grouping
-    return grouping
+    return ADVANTAGE_GROUPINGS.register(name, grouping)
 
 
 def _game_round(row: Mapping[str, Any]) -> Hashable:
@@ -57,9 +58,7 @@ register_advantage_grouping("batch", AdvantageGrouping(_one_group, whole_batch=T
 
 
 def grouping_of(name: str) -> AdvantageGrouping:
-    if name not in ADVANTAGE_GROUPINGS:
-        raise ValueError(f"unknown detect_advantage_groups {name!r}; expected one of {sorted(ADVANTAGE_GROUPINGS)}")
-    return ADVANTAGE_GROUPINGS[name]
+    return ADVANTAGE_GROUPINGS.of(name)
 
 
 def advantage_groups(rows: Sequence[Mapping[str, Any]], by: str) -> list[Hashable]:

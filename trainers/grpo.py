@@ -51,23 +51,26 @@ from spy_env.runner import Runner
 from spy_env.stage import Stage
 from trainers import checkpoint as ckpt
 from trainers import processes
-from trainers.algorithm import RAEBaselines, StageController, add_penalties, controller_signals
+from trainers.algorithm import (
+    RAEBaselines,
+    StageController,
+    add_penalties,
+    controller_signals,
+    role_means,
+    role_reward_sums,
+)
 from trainers.config import SpyRLConfig
 from trainers.documents import epoch_documents, training_documents
 from trainers.extras import require_training_extras
 from trainers.logprobs import sequence_logps
 from trainers.loss import LossScale, loss_items
-from trainers.metrics import TrainingProgress, iteration_metrics, rule_metrics
+from trainers.metrics import TrainingProgress, chart_metrics, iteration_metrics, rule_metrics, sample_stats
 from trainers.models import reference_logps, trainable_model
-from trainers.perform_rewards import perform_stage_rewards
 from trainers.policies import fixed_agents, learner_policy, seat_policy, spy_seat_policy
 from trainers.samples import (
     Sample,
     choice_advantages,
     global_group_stats,
-    role_means,
-    role_reward_sums,
-    sample_stats,
     stage_advantages,
     stage_rewards,
     stage_rows,
@@ -121,7 +124,7 @@ class SpyRLTrainer:
             self.config.game, config.run.heldout_fraction, config.run.eval_games
         )
         self.policy: RolloutPolicy = learner_policy(config.decoding, config.rollout, self.unwrapped, self.tokenizer)
-        if config.rollout.generation != "hf":  # FSDP weights are gathered from the wrapped model
+        if config.rollout.engine.syncs_weights:  # a separate engine; FSDP weights are gathered from the wrapped model
             from trainers.vllm_engine import vllm_rollout_policy
 
             model = self.model if self.sharding == "fsdp" else self.unwrapped
@@ -225,10 +228,7 @@ class SpyRLTrainer:
             c.advantages,
             max_prompt_tokens=c.rollout.max_prompt_tokens,
         )
-        if stage is Stage.PERFORM and c.advantages.perform_reward == "expected":
-            rewards, penalties = perform_stage_rewards(rows, buffer, c.advantages, c.game)
-        else:
-            rewards, penalties = stage_rewards(rows, stage, c.advantages, c.game)
+        rewards, penalties = stage_rewards(rows, stage, c.advantages, c.game, buffer)  # performances: perform_reward
         means = stats = None
         if stage is Stage.PERFORM and c.advantages.rae and self.distributed:  # global role means keep baselines in sync
             means = role_means(self.all_reduce(role_reward_sums(rewards, [r["role"] for r in rows])))
@@ -350,10 +350,14 @@ class SpyRLTrainer:
         self.policy.sync()  # a separate engine (vLLM) needs the new weights
         next_stage = self.controller.update(*controller_signals(game, self.config.game.train_spy_vote))
         metrics = iteration_metrics(
-            iteration=self.iteration, stage=stage, next_stage=next_stage, game=game,
-            families=(sample_metrics, update_metrics, self._charts()), buffer=buffer,
+            iteration=self.iteration,
+            stage=stage,
+            next_stage=next_stage,
+            game=game,
+            families=(sample_metrics, update_metrics, chart_metrics(self.scheduler, self.controller, self.rae)),
+            buffer=buffer,
             seconds={"rollout": rollout_seconds, "update": update_seconds},
-        )  # fmt: skip
+        )
         metrics.update(processes.process_metrics(self.accelerator, self.unwrapped))
         if c.run.eval_games and self.iteration % c.run.eval_every == 0 and self.accelerator.is_main_process:
             metrics.update({f"eval/{k}": v for k, v in self.evaluate(c.run.eval_games).items()})
@@ -361,15 +365,6 @@ class SpyRLTrainer:
         if self.iteration % c.run.checkpoint_every == 0 or self.iteration == c.run.iterations:
             self.save_checkpoint()
         return metrics
-
-    def _charts(self) -> dict[str, float]:
-        """``charts/*``: the learning rate, the controller's EMAs and the RAE baselines."""
-        return {
-            "charts/lr": self.scheduler.get_last_lr()[0],
-            "charts/acc_ema": self.controller.acc_ema,
-            "charts/na_ema": self.controller.na_ema,
-            **{f"charts/rae_{k}": v for k, v in self.rae.baselines.items()},
-        }
 
     def train(self) -> list[dict[str, Any]]:
         """Iterations until ``config.run.iterations``, with a progress bar if asked; returns their metrics."""

@@ -36,6 +36,7 @@ from typing import ClassVar, Literal
 
 import torch
 
+from agents.registry import Registry
 from trainers.validation import bad, check_choice, check_section, setting
 
 __all__ = [
@@ -69,15 +70,14 @@ class Aggregation:
     whole_mini_batch: bool = False
 
 
-AGGREGATIONS: dict[str, Aggregation] = {}
+AGGREGATIONS: Registry[Aggregation] = Registry("loss_type")
 
 
 def register_aggregation(name: str, aggregation: Aggregation) -> Aggregation:
     """Make ``aggregation`` the ``loss_type`` called ``name`` (``SpyRLConfig`` field ``loss.loss_type``)."""
     if not aggregation.whole_mini_batch and (aggregation.tokens is None or aggregation.actions is None):
         raise ValueError(f"aggregation {name!r} needs tokens and actions, or whole_mini_batch=True")
-    AGGREGATIONS[name] = aggregation
-    return aggregation
+    return AGGREGATIONS.register(name, aggregation)
 
 
 def _grpo(masked: torch.Tensor, mask: torch.Tensor, length: int) -> torch.Tensor:
@@ -292,9 +292,7 @@ def _aggregate_tokens(
 
 
 def aggregation_of(loss_type: str) -> Aggregation:
-    if loss_type not in AGGREGATIONS:
-        raise ValueError(f"unknown loss_type {loss_type!r}; expected one of {sorted(AGGREGATIONS)}")
-    return AGGREGATIONS[loss_type]
+    return AGGREGATIONS.of(loss_type)
 
 
 def importance_log_weights(log_ratio: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:

@@ -10,8 +10,18 @@ import numpy as np
 
 from agents.rules import RULES, played_shares
 from spy_env.stage import Stage
+from trainers.algorithm import RAEBaselines, StageController
+from trainers.samples import Sample
 
-__all__ = ["TrainingProgress", "iteration_metrics", "length_metrics", "rule_metrics", "strongest_rule"]
+__all__ = [
+    "TrainingProgress",
+    "chart_metrics",
+    "iteration_metrics",
+    "length_metrics",
+    "rule_metrics",
+    "sample_stats",
+    "strongest_rule",
+]
 
 
 def iteration_metrics(
@@ -59,6 +69,32 @@ def rule_metrics(buffer: Sequence[dict]) -> dict[str, float]:
     return out
 
 
+def sample_stats(samples: Sequence[Sample], skipped: Mapping[str, int]) -> dict[str, float]:
+    """``samples/*`` and ``advantages/*`` metrics of the samples that train.
+
+    >>> sample_stats([Sample({}, 1.0), Sample({}, -1.0)], {"empty": 2})
+    {'samples/skipped_empty': 2, 'samples/count': 2, 'advantages/mean': 0.0, 'advantages/std': 1.0}
+    """
+    stats: dict[str, float] = {f"samples/skipped_{k}": v for k, v in skipped.items()}
+    if not samples:
+        return stats
+    trained = np.array([s.advantage for s in samples])
+    stats["samples/count"] = len(samples)
+    stats["advantages/mean"] = float(np.mean(trained))
+    stats["advantages/std"] = float(np.std(trained))
+    return stats
+
+
+def chart_metrics(scheduler: Any, controller: StageController, rae: RAEBaselines) -> dict[str, float]:
+    """``charts/*``: the learning rate of ``scheduler``, the stage ``controller``'s EMAs and the RAE baselines."""
+    return {
+        "charts/lr": scheduler.get_last_lr()[0],
+        "charts/acc_ema": controller.acc_ema,
+        "charts/na_ema": controller.na_ema,
+        **{f"charts/rae_{k}": v for k, v in rae.baselines.items()},
+    }
+
+
 def strongest_rule(metrics: Mapping[str, Any], prefix: str = "env/") -> float:
     """The best rule baseline's accuracy among ``metrics``' ``<prefix>rule_*_accuracy`` (NaN if none).
 
@@ -66,9 +102,10 @@ def strongest_rule(metrics: Mapping[str, Any], prefix: str = "env/") -> float:
     0.5
     """
     values = [
-        v for k, v in metrics.items()
+        v
+        for k, v in metrics.items()
         if k.startswith(f"{prefix}rule_") and k.endswith("_accuracy") and isinstance(v, float) and not np.isnan(v)
-    ]  # fmt: skip
+    ]
     return max(values) if values else float("nan")
 
 

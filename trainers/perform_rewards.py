@@ -15,7 +15,9 @@
   ``perform_group_norm`` off: RAE-centred advantages divided by a replay group's std, which rewards that
   differ by a hair make tiny, blow up (``SpyRLConfig`` refuses the pair).
 
-The rewards stay zero-sum over a round's alive seats for every set of distributions.
+The rewards stay zero-sum over a round's alive seats for every set of distributions. Both are registered
+performing rewards (:data:`trainers.samples.PERFORM_REWARDS`): ``sampled`` beside the stage rewards it
+reads, ``expected`` here, saying what it needs; the trainer looks the setting up there.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 from spy_env.config import GameConfig
 from spy_env.rewards import performing_rewards
 from spy_env.stage import Stage
-from trainers.samples import AdvantageConfig
+from trainers.samples import AdvantageConfig, register_perform_reward
 
 __all__ = ["expected_perform_rewards", "expected_votes_received", "perform_stage_rewards"]
 
@@ -83,6 +85,7 @@ def expected_perform_rewards(
     return out
 
 
+@register_perform_reward("expected", needs_vote_distributions=True, continuous=True)
 def perform_stage_rewards(
     rows: Sequence[Mapping[str, Any]],
     buffer: Iterable[Mapping[str, Any]],

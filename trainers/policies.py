@@ -16,7 +16,8 @@ from agents.registry import backend_of, spec_problem
 from agents.sampling import SamplingParams
 from spy_env.policy import Action, Observation, Policy, RolloutPolicy
 from spy_env.stage import Stage
-from trainers.validation import bad, check_section, setting
+from trainers.engines import ROLLOUT_ENGINES, RolloutEngine, engine_of
+from trainers.validation import bad, check_choice, check_section, named_in_config, setting
 
 __all__ = [
     "DecodingConfig",
@@ -68,10 +69,11 @@ class RolloutConfig:
         "performs and votes in them while the learner holds the spy's seat alone (the spy-v1 leaderboard's scene "
         "on training documents; only the spy's performances train: stage_schedule perform).",
     )
-    generation: Literal["hf", "vllm-colocate", "vllm-server"] = setting(
+    generation: str = setting(
         "hf",
         "Rollout engine: hf (the policy itself, CPU or GPU); vllm-colocate (a vLLM engine in each training "
-        "process) or vllm-server (trl vllm-serve + VLLMClient), both through TRL's VLLMGeneration with weight sync.",
+        "process) or vllm-server (trl vllm-serve + VLLMClient), both through TRL's VLLMGeneration with weight sync. "
+        "A name in trainers.engines.ROLLOUT_ENGINES.",
     )
     vllm_server_url: str = setting("http://127.0.0.1:8000", "trl vllm-serve / vllm serve base URL (vllm-server).")
     vllm_server_timeout: float = setting(240.0, "Seconds to wait for the vLLM server to come up (vllm-server).")
@@ -119,6 +121,7 @@ class RolloutConfig:
             ),
             positive=("vllm_server_timeout",),
         )
+        check_choice(self, "generation", ROLLOUT_ENGINES)  # a registry: read when checked
         for name in _SEATS:  # checked by their form alone: nothing is built here
             spec = getattr(self, name)
             problem = None if spec == "self" else spec_problem(spec)
@@ -127,16 +130,23 @@ class RolloutConfig:
         self._check_vllm()
 
     @property
+    def engine(self) -> RolloutEngine:
+        """The registered rollout engine ``generation`` names (:mod:`trainers.engines`)."""
+        return engine_of(self.generation)
+
+    @property
     def drives_colocated_engine(self) -> bool:
         """Whether vLLM rollouts drive the colocated ``vllm.LLM`` directly
         (:class:`trainers.vllm_engine.ColocatedVLLMPolicy`: every decoding program, per-stage temperatures)
         rather than through TRL's ``generate`` (one pattern and temperature per call, as a server or a
         tensor-parallel group needs; it also wakes a sleeping engine)."""
-        return (
-            self.generation == "vllm-colocate"
-            and self.vllm_tensor_parallel_size == 1
-            and not self.vllm_enable_sleep_mode
-        )
+        return self.engine.colocated and self.vllm_tensor_parallel_size == 1 and not self.vllm_enable_sleep_mode
+
+    @property
+    def decodes_each_request(self) -> bool:
+        """Whether the rollouts honour every decoding program (a forced boxed ending) and a temperature per
+        stage: an engine that always does (``hf``), or a colocated engine the trainer drives directly."""
+        return self.engine.decodes_each_request or self.drives_colocated_engine
 
     def learner_plays(self, stage: Stage | str) -> bool:
         """Whether the learner's own replies fill ``stage``'s seats (not a fixed ``performer``/``voter``):
@@ -164,8 +174,12 @@ class RolloutConfig:
 
 
 @dataclass(frozen=True)
-class DecodingConfig:
-    """``SpyRLConfig.decoding``: how the learner's replies are sampled and shaped."""
+class DecodingConfig(DecodingOptions):
+    """``SpyRLConfig.decoding``: how the learner's replies are sampled and shaped.
+
+    The shaping is the agents' one record, :class:`~agents.decoding.DecodingOptions` (``vote_mode``,
+    ``think_tokens``, ``abstain``, ``answer``, ``answer_tokens``: its fields, helps and checks), which
+    this section extends with how replies are sampled; :meth:`options` gives the record alone."""
 
     SECTION: ClassVar[str] = "decoding"
 
@@ -177,26 +191,11 @@ class DecodingConfig:
     )
     top_p: float = setting(1.0, "Nucleus sampling of rollouts.")
     max_completion_tokens: int = setting(4096, "Completion budget (max new tokens).")
-    vote_mode: Literal["free", "constrained", "think-then-vote"] = setting(
-        "free",
-        "How votes are decoded (hf): free; constrained (<vote>k</vote>, the model picks k: warm start); "
-        "think-then-vote (free reasoning up to think_tokens, then a forced <vote>k</vote>). Forced tokens are "
-        "recorded but never scored.",
-    )
-    think_tokens: int = setting(32, "Reasoning budget of think-then-vote votes, in tokens.")
-    abstain: bool = setting(False, "Forced votes may also pick N/A (the game allows it); off: a seat is named.")
-    answer: Literal["free", "boxed"] = setting(
-        "free", "How performances end (hf): free, or boxed (a \\boxed{} answer is forced when the budget runs out)."
-    )
-    answer_tokens: int = setting(12, "Tokens the model may write inside a forced \\boxed{} answer.")
 
     def __post_init__(self) -> None:
-        check_section(
-            self,
-            positive_ints=("max_completion_tokens", "think_tokens", "answer_tokens"),
-            positive=("temperature",),
-            fractions=("top_p",),
-        )
+        check_section(self, positive_ints=("max_completion_tokens",), positive=("temperature",), fractions=("top_p",))
+        with named_in_config(self):
+            super().__post_init__()  # the decoding options' own checks: their names and budgets
         value = self.perform_temperature
         if value is not None and (isinstance(value, bool) or not math.isfinite(value) or value <= 0):
             raise bad(self, "perform_temperature", "None or a finite number > 0")
@@ -208,8 +207,8 @@ class DecodingConfig:
         return self.temperature
 
     def options(self) -> DecodingOptions:
-        """The options that shape the learner's replies while decoding, as the agents' one record (its
-        fields are this section's fields of the same names)."""
+        """The options that shape the learner's replies while decoding, as the agents' record alone (the
+        fields this section takes from it)."""
         return DecodingOptions(**{f.name: getattr(self, f.name) for f in fields(DecodingOptions)})
 
     def sampling(self, *, greedy: bool = False) -> SamplingParams:

@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from trainers.engines import ROLLOUT_ENGINES, engine_of
+
 __all__ = [
     "DDP_TYPES",
     "all_reduce",
@@ -80,14 +82,15 @@ def sharding(accelerator: Any) -> str | None:
 
 
 def check_sharding(generation: str, eval_games: int, sharded: str | None) -> None:
-    """Under FSDP or ZeRO-3 no process holds whole weights, so hf generation (``rollout.generation``, and
-    the held-out games of ``run.eval_games``) cannot run there."""
+    """Under FSDP or ZeRO-3 no process holds whole weights, so hf generation (a ``rollout.generation`` engine
+    that does not run sharded, and the held-out games of ``run.eval_games``) cannot run there."""
     if sharded is None:
         return
-    if generation == "hf":
+    if not engine_of(generation).runs_sharded:
+        sharded_engines = " or ".join(repr(name) for name, engine in ROLLOUT_ENGINES.items() if engine.runs_sharded)
         raise ValueError(
-            "SpyRLConfig.rollout.generation must be 'vllm-colocate' or 'vllm-server' under FSDP or DeepSpeed ZeRO-3 "
-            "(the weights are sharded; TRL's VLLMGeneration gathers them for the engine), got 'hf'"
+            f"SpyRLConfig.rollout.generation must be {sharded_engines} under FSDP or DeepSpeed ZeRO-3 "
+            f"(the weights are sharded; TRL's VLLMGeneration gathers them for the engine), got {generation!r}"
         )
     if eval_games:
         raise ValueError(

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from agents.registry import Registry
 from spy_env.config import GameConfig
 from spy_env.stage import Stage
 from trainers.algorithm import RAEBaselines, group_normalized_advantages, group_scaled, moments_stats
@@ -29,16 +30,18 @@ from trainers.groups import ADVANTAGE_GROUPINGS, advantage_groups, grouping_of
 from trainers.validation import bad, check_choice, check_section, setting
 
 __all__ = [
-    "ROLES",
+    "PERFORM_REWARDS",
     "SKIP_REASONS",
     "AdvantageConfig",
+    "PerformReward",
     "Sample",
     "batch_group_stats",
     "choice_advantages",
     "global_group_stats",
-    "role_means",
-    "role_reward_sums",
-    "sample_stats",
+    "perform_reward_of",
+    "recorded_rewards",
+    "register_perform_reward",
+    "sampled_perform_rewards",
     "skip_reason",
     "stage_advantages",
     "stage_rewards",
@@ -48,7 +51,6 @@ __all__ = [
 ]
 
 SKIP_REASONS = ("too_long_prompt", "empty", "forfeit", "no_choice")
-ROLES = ("civilian", "spy")
 
 
 @dataclass(frozen=True)
@@ -91,13 +93,15 @@ class AdvantageConfig:
         False, "Also scale performing advantages by the std within replay_setup groups: A = (r − b_role)/(std_g + ε)."
     )
     perform_roles: Literal["all", "spy", "civilian"] = setting(
-        "all", "Performances the performing stage trains: all (the paper's), spy or civilian (the other role's "
+        "all",
+        "Performances the performing stage trains: all (the paper's), spy or civilian (the other role's "
         "neither train nor move its RAE baseline).",
-    )  # fmt: skip
-    perform_reward: Literal["sampled", "expected"] = setting(
+    )
+    perform_reward: str = setting(
         "sampled",
         "Performing reward: sampled (the paper's: votes as cast) or expected (votes received = Σ of the voters' "
-        "recorded choice probabilities: same mean, less variance; not the paper's). trainers/perform_rewards.py.",
+        "recorded choice probabilities: same mean, less variance; not the paper's). trainers/perform_rewards.py. "
+        "A name in trainers.samples.PERFORM_REWARDS.",
     )
 
     def __post_init__(self) -> None:
@@ -106,6 +110,7 @@ class AdvantageConfig:
             raise bad(self, "rae_alpha", "in [0, 1)")
         check_choice(self, "detect_advantage_groups", ADVANTAGE_GROUPINGS)  # registries: read when checked
         check_choice(self, "vote_gradient", VOTE_GRADIENTS)
+        check_choice(self, "perform_reward", PERFORM_REWARDS)
 
 
 @dataclass(frozen=True)
@@ -175,17 +180,37 @@ def stage_rows(
 
 
 def stage_rewards(
+    rows: Sequence[Mapping[str, Any]],
+    stage: Stage,
+    config: AdvantageConfig,
+    game: GameConfig,
+    buffer: Iterable[Mapping[str, Any]] = (),
+) -> tuple[list[float], list[float]]:
+    """``(rewards, penalties)`` of each row of ``stage``: a vote's as the env recorded it
+    (:func:`recorded_rewards`), a performance's as the registered ``perform_reward`` computes it
+    (``buffer``: the iteration's rows, which it may read: ``expected`` reads the votes).
+
+    >>> rows = [{"reward_perform": 1.0, "reward_penalty": -0.5, "reward": 0.5}]
+    >>> stage_rewards(rows, Stage.PERFORM, AdvantageConfig(penalty_advantage="own"), GameConfig())
+    ([1.0], [-0.5])
+    """
+    if stage is Stage.PERFORM:
+        return perform_reward_of(config.perform_reward).rewards(rows, buffer, config, game)
+    return recorded_rewards(rows, stage, config, game)
+
+
+def recorded_rewards(
     rows: Sequence[Mapping[str, Any]], stage: Stage, config: AdvantageConfig, game: GameConfig
 ) -> tuple[list[float], list[float]]:
-    """``(rewards, penalties)`` of each row (the rewards' weights are ``game``'s).
+    """``(rewards, penalties)`` of each row as the env recorded them (the rewards' weights are ``game``'s).
 
     ``penalty_advantage="own"``: the stage's weighted reward component, and the weighted penalty
     to add to the advantage later. ``"shared"``: the total reward (penalties inside), no penalty.
 
     >>> rows = [{"reward_detect": 1.0, "reward_penalty": -0.5, "reward": 0.5}]
-    >>> stage_rewards(rows, Stage.VOTE, AdvantageConfig(penalty_advantage="own"), GameConfig())
+    >>> recorded_rewards(rows, Stage.VOTE, AdvantageConfig(penalty_advantage="own"), GameConfig())
     ([1.0], [-0.5])
-    >>> stage_rewards(rows, Stage.VOTE, AdvantageConfig(penalty_advantage="shared"), GameConfig())
+    >>> recorded_rewards(rows, Stage.VOTE, AdvantageConfig(penalty_advantage="shared"), GameConfig())
     ([0.5], [0.0])
     """
     if config.penalty_advantage != "own":
@@ -194,6 +219,58 @@ def stage_rewards(
         (game.weight_detect, "reward_detect") if stage is Stage.VOTE else (game.weight_perform, "reward_perform")
     )
     return [weight * r[component] for r in rows], [game.weight_penalty * r["reward_penalty"] for r in rows]
+
+
+# (rows, buffer, config, game) -> (rewards, penalties): one of each per row, as recorded_rewards
+PerformRewardFn = Callable[
+    [Sequence[Mapping[str, Any]], Iterable[Mapping[str, Any]], AdvantageConfig, GameConfig],
+    tuple[list[float], list[float]],
+]
+
+
+@dataclass(frozen=True)
+class PerformReward:
+    """A ``perform_reward``: the reward the performing stage trains on.
+
+    ``rewards(rows, buffer, config, game)``: ``(rewards, penalties)`` of the performing stage's training
+    ``rows`` (one float each; ``buffer``: every row of the iteration, votes included), penalties split off
+    as :func:`recorded_rewards` does. ``needs_vote_distributions``: it reads the voters' recorded choice
+    distributions, so the votes must be drawn from them (votes with a choice step, recorded by the engine,
+    at temperature 1 and top-p 1). ``continuous``: replays of one setup get rewards that differ by a hair,
+    so a replay group's std must not divide them (``perform_group_norm``).
+    """
+
+    rewards: PerformRewardFn
+    needs_vote_distributions: bool = False
+    continuous: bool = False
+
+
+PERFORM_REWARDS: Registry[PerformReward] = Registry("perform_reward")
+
+
+def register_perform_reward(
+    name: str, *, needs_vote_distributions: bool = False, continuous: bool = False
+) -> Callable[[PerformRewardFn], PerformRewardFn]:
+    """Decorator that makes ``rewards(rows, buffer, config, game)`` the ``perform_reward`` called ``name``."""
+
+    def wrap(rewards: PerformRewardFn) -> PerformRewardFn:
+        PERFORM_REWARDS.register(name, PerformReward(rewards, needs_vote_distributions, continuous))
+        return rewards
+
+    return wrap
+
+
+@register_perform_reward("sampled")
+def sampled_perform_rewards(
+    rows: Sequence[Mapping[str, Any]], buffer: Iterable[Mapping[str, Any]], config: AdvantageConfig, game: GameConfig
+) -> tuple[list[float], list[float]]:
+    """The paper's performing reward: the env's ``r^P`` from the votes as cast (:func:`recorded_rewards`)."""
+    return recorded_rewards(rows, Stage.PERFORM, config, game)
+
+
+def perform_reward_of(name: str) -> PerformReward:
+    """The registered ``perform_reward`` called ``name`` (``expected`` registers in :mod:`trainers.perform_rewards`)."""
+    return PERFORM_REWARDS.of(name)
 
 
 def global_group_stats(
@@ -306,38 +383,3 @@ def trainable_samples(
         for row, advantage, w in zip(rows, advantages, weights, strict=True)
         if row["trainable"]
     ]
-
-
-def role_reward_sums(rewards: Sequence[float], roles: Sequence[str]) -> list[float]:
-    """``[Σ r_civilian, Σ r_spy, n_civilian, n_spy]``: what processes add up for global role means.
-
-    >>> role_reward_sums([1.0, -2.0, 3.0], ["civilian", "spy", "civilian"])
-    [4.0, -2.0, 2, 1]
-    """
-    totals = [sum(r for r, k in zip(rewards, roles, strict=True) if k == role) for role in ROLES]
-    return totals + [roles.count(role) for role in ROLES]
-
-
-def role_means(sums: Sequence[float]) -> dict[str, float]:
-    """``r̄_role`` from :func:`role_reward_sums` (summed over processes), for the roles present.
-
-    >>> role_means([4.0, 0.0, 2, 0])
-    {'civilian': 2.0}
-    """
-    return {role: sums[i] / sums[i + 2] for i, role in enumerate(ROLES) if sums[i + 2]}
-
-
-def sample_stats(samples: Sequence[Sample], skipped: Mapping[str, int]) -> dict[str, float]:
-    """``samples/*`` and ``advantages/*`` metrics of the samples that train.
-
-    >>> sample_stats([Sample({}, 1.0), Sample({}, -1.0)], {"empty": 2})
-    {'samples/skipped_empty': 2, 'samples/count': 2, 'advantages/mean': 0.0, 'advantages/std': 1.0}
-    """
-    stats: dict[str, float] = {f"samples/skipped_{k}": v for k, v in skipped.items()}
-    if not samples:
-        return stats
-    trained = np.array([s.advantage for s in samples])
-    stats["samples/count"] = len(samples)
-    stats["advantages/mean"] = float(np.mean(trained))
-    stats["advantages/std"] = float(np.std(trained))
-    return stats

@@ -10,19 +10,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import torch
 
+from agents.registry import Registry
 from trainers.choices import Choice, vote_gradient_of
 from trainers.logprobs import pad_to, sequence_logps
 from trainers.loss import ChoiceTerms, LossScale, Objective, clipped_policy_loss
 from trainers.precision import make_optimizer
 from trainers.samples import Sample
-from trainers.validation import bad, check_section, setting
+from trainers.validation import bad, check_choice, check_section, setting
 
 __all__ = [
+    "MINI_BATCH_UNITS",
     "MicroBatch",
+    "MiniBatchUnit",
     "TrainingSamples",
     "UpdateConfig",
     "UpdateTotals",
@@ -34,6 +37,36 @@ __all__ = [
 
 # (prompts, completions, choices) -> (B, T) log-probs and each row's (C,) choice log-probs
 LogpsFn = Callable[[list[list[int]], list[list[int]], list[Choice | None]], tuple[torch.Tensor, list]]
+
+
+@dataclass(frozen=True)
+class MiniBatchUnit:
+    """A ``mini_batch_unit``: what ``mini_batch_size`` counts.
+
+    ``updates(documents, mini_batch_size)``: the optimizer steps per epoch of an iteration of ``documents``
+    documents (all processes together), or 0 when ``mini_batch_size`` counts the samples of each step.
+    ``counts_samples``: a mini-batch is ``mini_batch_size`` samples, so it must split into whole
+    micro-batches.
+    """
+
+    updates: Callable[[int, int], int]
+    counts_samples: bool = False
+
+
+def _sample_steps(documents: int, mini_batch_size: int) -> int:
+    """Each step takes ``mini_batch_size`` samples: as many steps as the samples fill."""
+    return 0
+
+
+def _document_steps(documents: int, mini_batch_size: int) -> int:
+    """verl's prompt-counted ``ppo_mini_batch_size`` (in prompts, × rollout.n): ``ceil(documents /
+    mini_batch_size)`` steps, so 128 documents of 128 make one."""
+    return -(-documents // mini_batch_size)
+
+
+MINI_BATCH_UNITS: Registry[MiniBatchUnit] = Registry("mini_batch_unit")
+MINI_BATCH_UNITS.register("samples", MiniBatchUnit(_sample_steps, counts_samples=True))
+MINI_BATCH_UNITS.register("documents", MiniBatchUnit(_document_steps))
 
 
 @dataclass(frozen=True)
@@ -49,10 +82,11 @@ class UpdateConfig:
     mini_batch_size: int = setting(
         128, "PPO mini-batch per optimizer step, in mini_batch_unit; see also updates_per_iteration."
     )
-    mini_batch_unit: Literal["samples", "documents"] = setting(
+    mini_batch_unit: str = setting(
         "samples",
         "Unit of mini_batch_size: samples (training rows), or documents as verl counts ppo_mini_batch_size (in "
-        "prompts, × rollout.n): each iteration makes ceil(documents_per_iteration / mini_batch_size) updates.",
+        "prompts, × rollout.n): each iteration makes ceil(documents_per_iteration / mini_batch_size) updates. "
+        "A name in trainers.update.MINI_BATCH_UNITS.",
     )
     updates_per_iteration: int = setting(
         0,
@@ -69,12 +103,18 @@ class UpdateConfig:
             positive=("learning_rate",),
             non_negative=("weight_decay", "max_grad_norm"),
         )
+        check_choice(self, "mini_batch_unit", MINI_BATCH_UNITS)  # a registry: read when checked
         if self.updates_per_iteration < 0:
             raise bad(self, "updates_per_iteration", "an integer >= 0")
         if self.warmup_iterations < 0:
             raise bad(self, "warmup_iterations", "an integer >= 0")
-        if self.mini_batch_unit == "samples" and self.mini_batch_size % self.micro_batch_size:
+        if self.unit.counts_samples and self.mini_batch_size % self.micro_batch_size:
             raise bad(self, "mini_batch_size", f"a multiple of micro_batch_size ({self.micro_batch_size})")
+
+    @property
+    def unit(self) -> MiniBatchUnit:
+        """The registered :class:`MiniBatchUnit` that ``mini_batch_unit`` names."""
+        return MINI_BATCH_UNITS[self.mini_batch_unit]
 
 
 def optimizer_and_schedule(
@@ -102,9 +142,7 @@ def mini_batch_size(config: UpdateConfig, documents: int, samples: int, num_proc
     >>> mini_batch_size(UpdateConfig(mini_batch_unit="documents"), 128, 5120), mini_batch_size(UpdateConfig(), 128, 5120)
     (5120, 128)
     """
-    updates = config.updates_per_iteration
-    if not updates and config.mini_batch_unit == "documents":
-        updates = -(-documents // config.mini_batch_size)
+    updates = config.updates_per_iteration or config.unit.updates(documents, config.mini_batch_size)
     if updates:
         return max(1, -(-samples // updates))
     return max(1, config.mini_batch_size // num_processes)

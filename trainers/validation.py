@@ -9,15 +9,16 @@ trainer module: the sections live beside the code that reads them.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import typing
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import field, fields
 from typing import Any, Literal
 
 from spy_env.config import check_types, shown
 
-__all__ = ["bad", "check_choice", "check_section", "literal_choices", "setting"]
+__all__ = ["bad", "check_choice", "check_section", "literal_choices", "named_in_config", "setting"]
 
 
 def setting(default: Any, help: str) -> Any:
@@ -38,6 +39,16 @@ def literal_choices(cls: type) -> dict[str, tuple[Any, ...]]:
     return {f.name: typing.get_args(hints[f.name]) for f in fields(cls) if typing.get_origin(hints[f.name]) is Literal}
 
 
+@contextlib.contextmanager
+def named_in_config(section: Any) -> Iterator[None]:
+    """A ``ValueError`` raised inside that names a field as ``<Class>.<field>`` (``check_types``, a record's
+    own checks) names it by its place in SpyRLConfig instead: ``SpyRLConfig.<section>.<field>``."""
+    try:
+        yield
+    except ValueError as e:
+        raise ValueError(str(e).replace(f"{type(section).__name__}.", f"SpyRLConfig.{section.SECTION}.", 1)) from None
+
+
 def check_choice(section: Any, name: str, allowed: Iterable[Any]) -> None:
     """``section.name`` is one of ``allowed`` (a registry's names are read when checked)."""
     allowed = tuple(allowed)
@@ -54,10 +65,8 @@ def check_section(
     fractions: tuple[str, ...] = (),
 ) -> None:
     """Types, ``Literal`` choices, then the named ranges, in that order; the first bad field raises."""
-    try:
+    with named_in_config(section):
         check_types(section)
-    except ValueError as e:  # name the field by its place in SpyRLConfig
-        raise ValueError(str(e).replace(f"{type(section).__name__}.", f"SpyRLConfig.{section.SECTION}.", 1)) from None
     for name, allowed in literal_choices(type(section)).items():
         check_choice(section, name, allowed)
     for name in positive_ints:

@@ -34,7 +34,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from agents.decoding import DecodingOptions
+from agents.decoding import ANSWER_MODES, DecodingOptions
 from agents.vllm_backend import VLLMPolicy
 from spy_env.policy import Action, Observation
 
@@ -111,8 +111,9 @@ class VLLMRolloutPolicy:
         self.reload_on_sync = reload_on_sync  # a colocated CPU engine: see reload_cpu_engine
         # one structured-output pattern per generate call, so no forced boxed ending (agents.vllm_backend's
         # second request) here: refused rather than silently dropped
+        unforced = [name for name, mode in ANSWER_MODES.items() if not mode.forces_answer]
         self.decoding = (decoding or DecodingOptions()).check_supported(
-            "vLLM rollouts in training (generation='vllm-colocate' or 'vllm-server')", answers=("free",)
+            "vLLM rollouts in training (generation='vllm-colocate' or 'vllm-server')", answers=unforced
         )
         self.name = name
         self.stats = {"calls": 0, "too_long": 0}
@@ -230,13 +231,13 @@ def vllm_generation_kwargs(
     rollout: RolloutConfig, decoding: DecodingConfig, model: Any, accelerator: Any, tokenizer: Any
 ) -> dict[str, Any]:
     """Keyword arguments of TRL's ``VLLMGeneration`` for the ``rollout`` and ``decoding`` sections."""
-    server = rollout.generation == "vllm-server"
+    engine = rollout.engine
     return {
         "model": model,
         "accelerator": accelerator,
         "processing_class": tokenizer,
-        "mode": "server" if server else "colocate",
-        "server_base_url": rollout.vllm_server_url if server else None,
+        "mode": engine.trl_mode,
+        "server_base_url": rollout.vllm_server_url if engine.remote else None,
         "server_timeout": rollout.vllm_server_timeout,
         "group_port": rollout.vllm_group_port,
         "tensor_parallel_size": rollout.vllm_tensor_parallel_size,
@@ -271,7 +272,7 @@ def make_vllm_generation(
         model.name_or_path = model_path
     kwargs = vllm_generation_kwargs(rollout, decoding, model, accelerator, tokenizer)
     defaults = {}
-    if kwargs["mode"] == "colocate":
+    if rollout.engine.colocated:
         check_model(model_path)
         defaults = engine_kwargs(
             dtype=model.dtype,
@@ -297,7 +298,7 @@ def vllm_rollout_policy(
     ``encoder``'s prompts (games of ``rounds`` rounds). ``encoder`` is the learner's ``hf`` policy; when it
     plays votes in one forward pass (:class:`trainers.votes.ForwardVotes`) it keeps them and vLLM
     writes the rest."""
-    collective = rollout.generation == "vllm-server" or rollout.vllm_tensor_parallel_size > 1
+    collective = rollout.engine.remote or rollout.vllm_tensor_parallel_size > 1
     if collective and accelerator.num_processes > 1 and rounds > 1:
         # generation then gathers prompts across processes, so every process must make the same
         # number of calls; games of several rounds end at different times on different processes
@@ -309,7 +310,7 @@ def vllm_rollout_policy(
     from agents.vllm_settings import on_cpu
     from trainers.votes import ForwardVotes
 
-    reload = rollout.generation == "vllm-colocate" and on_cpu()
+    reload = rollout.engine.colocated and on_cpu()
     hf = encoder.learner if isinstance(encoder, ForwardVotes) else encoder
     if rollout.drives_colocated_engine:
         policy: Any = ColocatedVLLMPolicy.on_engine(engine.llm, sampling=hf.sampling, decoding=decoding.options())

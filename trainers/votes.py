@@ -40,7 +40,7 @@ class ForwardVotes:
     """An :class:`~agents.hf.HFPolicy` whose constrained votes take one forward pass (see the module docstring)."""
 
     def __init__(self, learner: HFPolicy, *, keep_graphs: bool = False) -> None:
-        if learner.decoding.vote_mode != "constrained":
+        if not learner.decoding.vote.one_forward_pass:
             raise ValueError(f"ForwardVotes plays constrained votes, got vote_mode {learner.decoding.vote_mode!r}")
         if learner.sampling.top_p < 1 or learner.sampling.top_k:
             raise ValueError("ForwardVotes samples from the whole choice distribution: top_p must be 1 and top_k 0")
@@ -219,9 +219,7 @@ def one_update(config: UpdateConfig, documents: int, beta: float, distributed: b
     """Whether each iteration (of ``documents`` documents) makes exactly one on-policy optimizer step
     needing no other forward pass (one mini-batch, one epoch, no KL reference: ``beta`` 0, one process:
     DDP syncs gradients in its own forward)."""
-    one = config.updates_per_iteration == 1 or (
-        config.mini_batch_unit == "documents" and documents <= config.mini_batch_size
-    )
+    one = config.updates_per_iteration == 1 or config.unit.updates(documents, config.mini_batch_size) == 1
     return one and config.epochs == 1 and not beta and not distributed
 
 
