@@ -108,9 +108,9 @@ def register_degrader(name: str, *, needs_neighbors: bool = False) -> Callable[[
 
 def needs_neighbors(name: str) -> bool:
     """Whether the operator ``name`` reads another document (an unknown name reads none: the config's own
-    check names it)."""
-    operator = DEGRADERS.get(name)
-    return operator is not None and operator.needs_neighbors
+    check names it; a bare function put in :data:`DEGRADERS` by hand, as before operators carried what they
+    need, reads none either)."""
+    return bool(getattr(DEGRADERS.get(name), "needs_neighbors", False))
 
 
 # A sentence ends at . ! ? followed by whitespace, or at a blank line / newline (headings,

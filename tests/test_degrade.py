@@ -108,3 +108,13 @@ def test_what_an_operator_needs_is_its_registered_capability_not_its_name():
         GameConfig(corpus=one, degrade="mask_spans")  # an operator that reads only its own document
     finally:
         del DEGRADERS["swap_other"]
+
+
+def test_a_bare_function_put_in_the_registry_by_hand_still_plays(monkeypatch):
+    """DEGRADERS[name] = fn (the registry's old form, still used by tests and plugins) reads no neighbour."""
+    from spy_env.config import GameConfig
+    from spy_env.degrade import needs_neighbors
+
+    monkeypatch.setitem(DEGRADERS, "bare", lambda text, rng, ctx: Degraded(text.upper(), (), "bare"))
+    assert not needs_neighbors("bare")
+    GameConfig(corpus=[{"id": "a", "text": "One document, 12 apples."}], degrade="bare")
