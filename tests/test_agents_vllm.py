@@ -14,6 +14,8 @@ import re
 
 import pytest
 
+from tests.conftest import VLLM_LOGPROB_ATOL
+
 pytest.importorskip("transformers")
 
 import agents
@@ -75,7 +77,7 @@ def test_free_replies_carry_hf_prompt_ids_and_the_models_logprobs(engine, vllm_t
         assert 0 < len(action.completion_token_ids) == len(action.logprobs) <= 12
         assert action.finish_reason in ("stop", "length") and action.completion_mask is None
         expected = _model_logprobs(vllm_tiny_dir, action.prompt_token_ids, action.completion_token_ids)
-        assert action.logprobs == pytest.approx(expected, abs=1e-4)  # the engine's float32 = the model's
+        assert action.logprobs == pytest.approx(expected, abs=VLLM_LOGPROB_ATOL)  # the engine's float32 = the model's
 
 
 @needs_vllm

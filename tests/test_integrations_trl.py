@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import VLLM_LOGPROB_ATOL
+
 pytest.importorskip("trl")
 pytest.importorskip("torch")
 
@@ -470,5 +472,5 @@ def test_grpo_trainer_trains_with_its_colocated_vllm_engine_kept_in_sync(vllm_ti
             p.add_(torch.randn_like(p) * 0.05)
     stale = engine_logprobs()
     engine.sync_weights()
-    assert engine_logprobs() == pytest.approx(model_logprobs(), abs=1e-4)
+    assert engine_logprobs() == pytest.approx(model_logprobs(), abs=VLLM_LOGPROB_ATOL)
     assert (engine_logprobs() - stale).abs().max() > 1e-2

@@ -18,6 +18,8 @@ import re
 import numpy as np
 import pytest
 
+from tests.conftest import VLLM_LOGPROB_ATOL
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
@@ -195,11 +197,11 @@ def test_colocated_engine_follows_the_trainer_after_each_update_and_after_resume
     completion = trainer.tokenizer.encode(" I vote <vote>2</vote>", add_special_tokens=False)
     engine = trainer.policy.generation
     before = _engine_logprobs(engine, prompt, completion)
-    assert before == pytest.approx(_model_logprobs(trainer.unwrapped, prompt, completion), abs=1e-4)
+    assert before == pytest.approx(_model_logprobs(trainer.unwrapped, prompt, completion), abs=VLLM_LOGPROB_ATOL)
     for _ in range(2):
         trainer.train_iteration()
         synced = _engine_logprobs(engine, prompt, completion)
-        assert synced == pytest.approx(_model_logprobs(trainer.unwrapped, prompt, completion), abs=1e-4)
+        assert synced == pytest.approx(_model_logprobs(trainer.unwrapped, prompt, completion), abs=VLLM_LOGPROB_ATOL)
     assert (synced - before).abs().max() > 1e-2  # the updates reached the engine
     buffer = EpisodeBuffer.load(tmp_path / "run" / "buffers" / "iter_00001.parquet")
     assert len(buffer) == 2 * 2 * 3 * 2  # games × players × stages
@@ -219,7 +221,7 @@ def test_colocated_engine_follows_the_trainer_after_each_update_and_after_resume
     resumed = SpyRLTrainer.from_checkpoint(config)
     assert resumed.iteration == 2
     moved = _engine_logprobs(resumed.policy.generation, prompt, completion)
-    assert moved == pytest.approx(_model_logprobs(resumed.unwrapped, prompt, completion), abs=1e-4)
+    assert moved == pytest.approx(_model_logprobs(resumed.unwrapped, prompt, completion), abs=VLLM_LOGPROB_ATOL)
     assert moved == pytest.approx(synced, abs=1e-4)  # the checkpoint's weights, pushed on resume
 
 
@@ -265,7 +267,7 @@ def test_the_selfplay_presets_decoding_trains_on_a_colocated_engine(tmp_path, vl
     completion = rows[0]["completion_token_ids"]
     engine = trainer.policy.others.generation
     assert _engine_logprobs(engine, list(prompt), list(completion)) == pytest.approx(
-        _model_logprobs(trainer.unwrapped, list(prompt), list(completion)), abs=1e-4
+        _model_logprobs(trainer.unwrapped, list(prompt), list(completion)), abs=VLLM_LOGPROB_ATOL
     )
 
 
