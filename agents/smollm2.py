@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.registry import register_backend
+from spy_env.ledger import cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -52,13 +53,6 @@ def is_available() -> bool:
     except ImportError:
         return False
     return True
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("SPYRL_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "spyrl"
-    )
-    return Path(root)
 
 
 def converted_path() -> Path:
