@@ -36,7 +36,7 @@ from spy_env.policy import Action, Observation
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HFPolicy", "load_hf", "load_pretrained", "native_bf16", "resolve_device", "resolve_dtype"]
+__all__ = ["HFPolicy", "load_hf", "load_pretrained", "native_bf16", "quantize_int8", "resolve_device", "resolve_dtype"]
 
 
 def _torch():
@@ -62,8 +62,11 @@ def native_bf16() -> bool:
 
 def resolve_dtype(dtype: Any, device: str):
     """A torch dtype from a name. ``auto``: bfloat16 on GPUs, float32 on CPUs (full precision for training);
-    ``fast``: bfloat16 also on CPUs that compute it natively (:func:`native_bf16`), for playing."""
+    ``fast``: bfloat16 also on CPUs that compute it natively (:func:`native_bf16`), for playing; ``int8``:
+    the float32 weights :func:`load_pretrained` then quantizes (:func:`quantize_int8`)."""
     torch = _torch()
+    if dtype == INT8:
+        return torch.float32
     if dtype in (None, "auto"):
         return torch.bfloat16 if device.startswith("cuda") else torch.float32
     if dtype == "fast":
@@ -79,8 +82,33 @@ def resolve_dtype(dtype: Any, device: str):
                 "fp16": torch.float16,
             }[dtype]
         except KeyError as e:
-            raise ValueError(f"dtype must be auto, fast, float32, bfloat16 or float16, got {dtype!r}") from e
+            raise ValueError(f"dtype must be auto, fast, float32, bfloat16, float16 or int8, got {dtype!r}") from e
     return dtype
+
+
+INT8 = "int8"
+
+
+def quantize_int8(model: Any) -> Any:
+    """``model`` with the weights of its linear layers in int8, one scale per output channel, each product
+    computed from them and the activations quantized on the fly (torch's dynamic quantization); the output
+    head (the vote's logits), embeddings, norms and attention stay float32. For playing and evaluating on
+    a CPU: a quantized model has no gradients. ``benchmarks/play_time.py`` times it and checks its
+    constrained votes against float32's (per-tensor scales or an int8 head agreed on fewer than 95 of 100)."""
+    torch = _torch()
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    head = model.get_output_embeddings()
+    layers = {
+        name: per_channel_dynamic_qconfig
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear) and module is not head
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.ao's eager quantization: deprecated, not gone
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        return quantize_dynamic(model, layers, dtype=torch.qint8)
 
 
 def load_pretrained(
@@ -105,10 +133,12 @@ def load_pretrained(
         fit_threads()  # the cores free now, before the model's first product (agents.threads)
     extra = {"gguf_file": gguf_file} if gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(path, **extra)
+    if dtype == INT8 and device != "cpu":
+        raise ValueError(f"dtype int8 runs on a CPU only, got device {device!r}")
     model = AutoModelForCausalLM.from_pretrained(
         path, dtype=resolve_dtype(dtype, device), **extra, **(model_kwargs or {})
     )
-    return model.to(device), tokenizer
+    return (quantize_int8(model.eval()) if dtype == INT8 else model.to(device)), tokenizer
 
 
 class _SampledLogprobs:

@@ -94,6 +94,10 @@ def engine_kwargs(
         raise ValueError(f"max_model_len must be None or an integer >= 2, got {max_model_len!r}")
     if kv_cache_gib is not None and not kv_cache_gib > 0:
         raise ValueError(f"kv_cache_gib must be None or a positive number of GiB, got {kv_cache_gib!r}")
+    if dtype == "int8":
+        raise ValueError(
+            "dtype int8 is the hf backend's (torch's dynamic quantization); vLLM takes fast, auto or a dtype"
+        )
     torch_dtype = resolve_dtype(dtype, "cpu" if cpu else "cuda")
     kwargs: dict[str, Any] = {"dtype": str(torch_dtype).removeprefix("torch.")}
     if max_model_len is not None:

@@ -9,7 +9,9 @@ after one warm-up run that fills the conversion cache:
   long common prefix is encoded once and decoding appends to a reserved cache (``--dtype float32``);
 - ``bf16, full prefill``: bfloat16 weights on a CPU that computes bf16 natively (``--dtype bfloat16
   --no-share-prefix``);
-- ``default``: what ``spyrl play`` does today (``--dtype fast``: bf16 where native, shared prefixes).
+- ``default``: what ``spyrl play`` does today (``--dtype fast``: bf16 where native, shared prefixes);
+- ``int8``: linear weights in int8, one scale per channel, the output head float32 (``--dtype int8``,
+  shared prefixes; :func:`agents.hf.quantize_int8`), the lever for a CPU without native bf16.
 
 Prints the median and spread of each path's wall time and its ratio to the first, measured in this
 run, then the start-up row: what a fresh ``spyrl play`` does before its first token (``--dtype float32``),
@@ -19,10 +21,14 @@ that the fast paths play the same game:
 
 - greedy (``--temperature 0``) float32 games with and without shared prefixes: the same tokens;
 - SmolLM2's constrained vote (its argmax seat) on a fixed set of vote prompts (``--agreement-games``
-  heuristic-performed 5-player games, every seat's vote), float32 against bfloat16: the share of
-  equal votes (goal: ≥ 95%).
+  heuristic-performed 5-player games, every seat's vote), float32 against bfloat16 and against int8:
+  the share of equal votes (goal: ≥ 95% each), and the seconds each took to vote.
 
-    python benchmarks/play_time.py [--reps 3] [--seed 0] [--agreement-games 20] [--model smollm2]
+A CPU with AVX-512 or AMX can stand in for one without (``--isa avx2``): the command runs again with
+torch's kernels (ATen, oneDNN, MKL, FBGEMM) held to AVX2, as on a CPU without native bf16; the bf16 rows
+and votes are left out there (emulated bf16 is hundreds of times slower), so ``fast`` is float32.
+
+    python benchmarks/play_time.py [--reps 3] [--seed 0] [--agreement-games 20] [--model smollm2] [--isa avx2]
     python benchmarks/play_time.py --smoke   # a tiny random model, one run a path: checks the path, not the speed
 """
 
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -42,6 +49,16 @@ PATHS = {
     "float32, shared prefixes": ["--dtype", "float32"],
     "bf16, full prefill": ["--dtype", "bfloat16", "--no-share-prefix"],
     "default (fast: bf16 where native, shared prefixes)": [],
+    "int8, shared prefixes": ["--dtype", "int8"],
+}
+
+
+# Each library's own switch for the instruction sets it may use, read when it loads.
+AVX2_ONLY = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
 }
 
 
@@ -89,8 +106,9 @@ def tokens(out: Path) -> list[list[int]]:
     return [json.loads(line)["completion_token_ids"] for line in out.read_text().splitlines()]
 
 
-def vote_agreement(model: str, games: int) -> tuple[int, int]:
-    """Equal constrained greedy votes, float32 vs bfloat16, on every seat's vote of ``games`` heuristic games."""
+def vote_agreement(model: str, games: int, dtypes: tuple[str, ...]) -> dict[str, tuple[int, int, float]]:
+    """Constrained greedy votes in each of ``dtypes`` (float32 first) against float32's, on every seat's vote
+    of ``games`` heuristic games: ``{dtype: (equal votes, votes, seconds to vote)}``."""
     import spy_env
     from agents import HeuristicAgent, SamplingParams
     from agents.decoding import DecodingOptions
@@ -103,16 +121,23 @@ def vote_agreement(model: str, games: int) -> tuple[int, int]:
         obs, _ = env.reset(seed=seed)
         obs, *_ = env.step(dict(zip(env.agents, performer.act([obs[a] for a in env.agents]), strict=True)))
         observations += [obs[a] for a in env.agents]
-    votes = []
-    for dtype in ("float32", "bfloat16"):
+    votes, out = {}, {}
+    for dtype in dtypes:
         policy = HFPolicy.from_pretrained(
             model,
             sampling=SamplingParams(temperature=0.0, max_new_tokens=8),
             dtype=dtype,
             decoding=DecodingOptions(vote_mode="constrained"),
         )
-        votes.append([a.text for a in policy.act(observations)])
-    return sum(a == b for a, b in zip(*votes, strict=True)), len(observations)
+        start = time.perf_counter()
+        votes[dtype] = [a.text for a in policy.act(observations)]
+        seconds = time.perf_counter() - start
+        out[dtype] = (
+            sum(a == b for a, b in zip(votes["float32"], votes[dtype], strict=True)),
+            len(observations),
+            seconds,
+        )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,7 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--agreement-games", type=int, default=20)
     p.add_argument("--model", default="smollm2", help="smollm2, tiny (a random model built here) or a model folder")
     p.add_argument("--smoke", action="store_true", help="the tiny model, one run a path, one agreement game")
+    p.add_argument("--isa", choices=("native", "avx2"), default="native", help="avx2: torch's kernels held to AVX2")
     args = p.parse_args(argv)
+    if args.isa == "avx2" and any(os.environ.get(k) != v for k, v in AVX2_ONLY.items()):
+        # the switches are read when the libraries load: run again with them set (the children inherit them)
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AVX2_ONLY})
     if args.smoke:
         args.model, args.reps, args.agreement_games = "tiny", 1, 1
     from agents.hf import native_bf16
@@ -134,12 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     short = ["--max-new-tokens", "16"] if args.smoke else []
     if not args.smoke:
         play(agent, args.seed, folder / "warm.jsonl", [])  # warm-up: conversion cache, page cache, bytecode
-    times: dict[str, list[float]] = {name: [] for name in PATHS}
+    paths = {name: extra for name, extra in PATHS.items() if native_bf16() or not name.startswith("bf16")}
+    times: dict[str, list[float]] = {name: [] for name in paths}
     for _ in range(args.reps):
-        for name, extra in PATHS.items():
+        for name, extra in paths.items():
             times[name].append(play(agent, args.seed, folder / "game.jsonl", [*short, *extra]))
     print(
-        f"spyrl play --agent {args.model} (warm cache), {args.reps} runs a path, interleaved; native bf16: {native_bf16()}"
+        f"spyrl play --agent {args.model} (warm cache), {args.reps} runs a path, interleaved; native bf16: {native_bf16()}; "
+        f"kernels: {'AVX2 only' if args.isa == 'avx2' else 'all this CPU has'}"
     )
     base = statistics.median(times[next(iter(PATHS))])
     for name, runs in times.items():
@@ -158,10 +189,18 @@ def main(argv: list[str] | None = None) -> int:
     play(agent, args.seed, folder / "full.jsonl", [*greedy, "--no-share-prefix"])
     same = tokens(folder / "shared.jsonl") == tokens(folder / "full.jsonl")
     print(f"greedy float32 game, shared prefixes vs full prefill: {'the same tokens' if same else 'DIFFERENT tokens'}")
-    equal, total = vote_agreement(model, args.agreement_games)
-    print(f"constrained greedy votes, bfloat16 vs float32: {equal}/{total} equal ({equal / total:.0%}, goal ≥ 95%)")
-    # a random tiny model's near-uniform votes are no test of bf16: the smoke run checks the path only
-    return 0 if same and (args.smoke or equal >= 0.95 * total) else 1
+    dtypes = ("float32", "bfloat16", "int8") if native_bf16() else ("float32", "int8")
+    agreement = vote_agreement(model, args.agreement_games, dtypes)
+    base = agreement["float32"][2]
+    for dtype in dtypes[1:]:
+        equal, total, seconds = agreement[dtype]
+        print(
+            f"constrained greedy votes, {dtype} vs float32: {equal}/{total} equal ({equal / total:.0%}, goal ≥ 95%); "
+            f"voting took {seconds:.1f} s against {base:.1f} s (×{base / seconds:.2f})"
+        )
+    agree = all(equal >= 0.95 * total for equal, total, _ in agreement.values())
+    # a random tiny model's near-uniform votes are no test of a dtype: the smoke run checks the path only
+    return 0 if same and (args.smoke or agree) else 1
 
 
 if __name__ == "__main__":

@@ -1,18 +1,22 @@
-"""How far SmolLM2-135M's prefill and decode are from this CPU's roofline, in float32 and bfloat16.
+"""How far SmolLM2-135M's prefill and decode are from this CPU's roofline, in float32, bfloat16 and int8.
 
 Measures, in one run on this machine:
 
-- the machine: peak matmul throughput (a 2048³ matmul, GFLOP/s) in each dtype and memory bandwidth
-  (copying a 512 MB tensor, GB/s);
+- the machine: peak matmul throughput (a 2048³ matmul, GFLOP/s) in each dtype and memory bandwidth:
+  copying a 512 MB tensor (bytes read plus bytes written, GB/s) and summing one (bytes read: what a
+  decode step does with its weights and cache);
 - the model: FLOPs per token (2 per weight of every matmul, the tied output head included, plus
   attention over the context) and bytes read per decode step (every weight once, plus the KV cache of
   every row);
 - prefill: tokens/s over a batch of 5 prompts of ``--context`` tokens (compute-bound: compared with
   the peak matmul throughput);
 - decode: one step for 5 rows over a ``--context``-token cache reserved as :class:`agents.hf.HFPolicy`
-  decodes (memory-bound in principle: compared with the bytes it must read at the measured bandwidth).
+  decodes (memory-bound in principle: compared with the bytes it must read at the measured bandwidths);
+- int8 (``--dtype int8``: :func:`agents.hf.quantize_int8`, linear weights in int8, the head float32):
+  the same prefill and decode, its bytes counted as stored.
 
     python benchmarks/roofline.py [--context 1000] [--steps 20] [--model smollm2]
+    python benchmarks/roofline.py --compile # also: decode with a static cache, eager vs torch.compile (minutes)
     python benchmarks/roofline.py --smoke   # a tiny random model, small measures: checks the path, not the speed
 """
 
@@ -36,35 +40,52 @@ def best_seconds(fn, repeats: int = 5) -> float:
     return min(times)
 
 
-def machine(dtype: torch.dtype, size: int = 2048, copy_mb: int = 512) -> tuple[float, float]:
-    """(peak matmul GFLOP/s, copy bandwidth GB/s) in ``dtype``: a ``size``³ matmul, a ``copy_mb`` copy."""
+def machine(dtype: torch.dtype, size: int = 2048, copy_mb: int = 512) -> tuple[float, float, float]:
+    """(peak matmul GFLOP/s, copy GB/s, read GB/s) in ``dtype``: a ``size``³ matmul; a ``copy_mb`` copy
+    (read + write) and sum (read; the tensor filled, so no page is the shared zero page)."""
     a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
     flops = 2 * size**3 / best_seconds(lambda: a @ b)
-    src = torch.empty(copy_mb * 2**18, dtype=torch.float32)
+    src = torch.rand(copy_mb * 2**18, dtype=torch.float32)
     dst = torch.empty_like(src)
-    bandwidth = 2 * src.numel() * 4 / best_seconds(lambda: dst.copy_(src))  # read + write
-    return flops / 1e9, bandwidth / 1e9
+    copy = 2 * src.numel() * 4 / best_seconds(lambda: dst.copy_(src))
+    read = src.numel() * 4 / best_seconds(lambda: src.sum())
+    return flops / 1e9, copy / 1e9, read / 1e9
+
+
+def int8_layers(model) -> list:
+    """``model``'s linear layers with int8 weights (:func:`agents.hf.quantize_int8`)."""
+    from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
+
+    return [m for m in model.modules() if isinstance(m, Int8Linear)]
+
+
+def stored_bytes(model) -> int:
+    """The bytes of ``model``'s weights as stored: its parameters, and the int8 weights of quantized layers."""
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    return params + sum(m.weight().numel() + 4 * m.weight().size(0) for m in int8_layers(model))  # + scales
 
 
 def model_costs(model, context: int, rows: int, dtype: torch.dtype) -> tuple[float, float]:
     """(FLOPs per prefill token at ``context``, bytes read per decode step of ``rows`` rows)."""
     c = model.config
-    weights = sum(p.numel() for p in model.parameters())
+    weights = sum(p.numel() for p in model.parameters()) + sum(m.weight().numel() for m in int8_layers(model))
     matmul_weights = weights - c.vocab_size * c.hidden_size * (0 if c.tie_word_embeddings else 1)  # the head computes
     head_dim = c.hidden_size // c.num_attention_heads
     attention = 4 * c.num_hidden_layers * c.num_attention_heads * head_dim * context  # QK^T and AV
     flops = 2 * matmul_weights + attention
-    size = torch.finfo(dtype).bits // 8
-    kv_per_token = 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * size
-    return flops, weights * size + rows * context * kv_per_token
+    kv_per_token = 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * (torch.finfo(dtype).bits // 8)
+    return flops, stored_bytes(model) + rows * context * kv_per_token
 
 
-def measure(path: str, dtype: torch.dtype, context: int, steps: int) -> dict[str, float]:
+def measure(path: str, dtype: torch.dtype | str, context: int, steps: int) -> dict[str, float]:
     from transformers import AutoModelForCausalLM
 
+    from agents.hf import INT8, quantize_int8
     from agents.prefix_cache import cache_argument, output_cache, reserve
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32 if dtype == INT8 else dtype).eval()
+    if dtype == INT8:
+        model, dtype = quantize_int8(model), torch.float32  # activations and KV cache stay float32
     rows = 5
     low, high = min(100, model.config.vocab_size // 2), min(10_000, model.config.vocab_size)  # ordinary tokens
     ids = torch.randint(low, high, (rows, context))
@@ -90,6 +111,36 @@ def measure(path: str, dtype: torch.dtype, context: int, steps: int) -> dict[str
     }
 
 
+def static_decode(path: str, context: int, steps: int, compiled: bool) -> tuple[float, float]:
+    """(seconds to compile, median ms a float32 decode step) with transformers' static cache (fixed shapes:
+    the cache preallocated to its full length), the forward eager or under ``torch.compile``."""
+    from transformers import AutoModelForCausalLM, StaticCache
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    rows, low = 5, min(100, model.config.vocab_size // 2)
+    ids = torch.randint(low, low + 100, (rows, context))
+    token = torch.randint(low, low + 100, (rows, 1))
+    cache = StaticCache(config=model.config, max_cache_len=context + steps + 3)
+    forward = torch.compile(model.forward, dynamic=False) if compiled else model.forward
+    position = [context]
+
+    def step() -> None:
+        forward(input_ids=token, past_key_values=cache, cache_position=torch.tensor([position[0]]), use_cache=True)
+        position[0] += 1
+
+    with torch.inference_mode():
+        model(input_ids=ids, past_key_values=cache, cache_position=torch.arange(context), use_cache=True)
+        start = time.perf_counter()
+        step(), step()  # the first calls compile
+        warm = time.perf_counter() - start
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - start)
+    return warm, statistics.median(times) * 1e3
+
+
 def main(argv: list[str] | None = None) -> int:
     import tempfile
     import warnings
@@ -101,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--model", default="smollm2", help="smollm2, tiny (a random model built here) or a model folder")
     p.add_argument("--smoke", action="store_true", help="the tiny model, a 64-token context, small machine measures")
+    p.add_argument("--compile", action="store_true", help="also decode with a static cache, eager and torch.compile'd")
     args = p.parse_args(argv)
     if args.smoke:
         args.model, args.context, args.steps = "tiny", 64, 3
@@ -108,13 +160,14 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=FutureWarning)
     path = resolve_model_path(args.model, tiny_dir=tempfile.mkdtemp(prefix="roofline-"))
     print(f"{torch.get_num_threads()} threads; batch of 5 rows, {args.context}-token context")
-    for dtype in (torch.float32, torch.bfloat16):
-        peak, bandwidth = machine(dtype, size, copy_mb)
+    for dtype in (torch.float32, torch.bfloat16, "int8"):
+        peak, copy, read = machine(torch.float32 if dtype == "int8" else dtype, size, copy_mb)
         m = measure(path, dtype, args.context, args.steps)
         name = str(dtype).removeprefix("torch.")
         print(
-            f"{name}: machine {peak:.0f} GFLOP/s matmul, {bandwidth:.1f} GB/s copy; "
-            f"model {m['flops_per_token'] / 1e9:.3f} GFLOP/token, {m['bytes_per_step'] / 1e6:.0f} MB/decode step"
+            f"{name}: machine {peak:.0f} GFLOP/s matmul{' (float32)' if dtype == 'int8' else ''}, {copy:.1f} GB/s "
+            f"copy, {read:.1f} GB/s read; model {m['flops_per_token'] / 1e9:.3f} GFLOP/token, "
+            f"{m['bytes_per_step'] / 1e6:.0f} MB/decode step"
         )
         print(
             f"  prefill {m['prefill_tokens_s']:.0f} tokens/s = {m['prefill_gflops']:.0f} GFLOP/s "
@@ -122,8 +175,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(
             f"  decode  {m['decode_ms']:.1f} ms/step = {m['decode_gb_s']:.1f} GB/s read "
-            f"({m['decode_gb_s'] / bandwidth:.0%} of copy bandwidth)"
+            f"({m['decode_gb_s'] / copy:.0%} of copy bandwidth, {m['decode_gb_s'] / read:.0%} of read bandwidth)"
         )
+    if args.compile:
+        _, eager = static_decode(path, args.context, args.steps, compiled=False)
+        warm, compiled = static_decode(path, args.context, args.steps, compiled=True)
+        print(f"float32 decode, static cache: eager {eager:.1f} ms/step; torch.compile {compiled:.1f} ms/step ", end="")
+        print(f"(×{eager / compiled:.2f}) after {warm:.0f} s compiling")
     return 0
 
 

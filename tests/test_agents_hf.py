@@ -307,6 +307,43 @@ def test_fast_dtype_is_bf16_only_where_the_cpu_computes_it():
         resolve_dtype("fp8", "cpu")
 
 
+def test_int8_quantizes_every_linear_layer_but_the_head_and_still_plays(tiny_model_dir):
+    from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
+
+    from agents.hf import load_pretrained
+    from agents.vllm_settings import engine_kwargs
+    from spy_env.parsing import parse_vote
+
+    full, _ = load_pretrained(str(tiny_model_dir), dtype="float32", device="cpu")
+    small, _ = load_pretrained(str(tiny_model_dir), dtype="int8", device="cpu")
+    linears = sum(isinstance(m, torch.nn.Linear) for m in full.modules())
+    assert sum(isinstance(m, Int8Linear) for m in small.modules()) == linears - 1  # all but the output head
+    head = small.get_output_embeddings()
+    assert type(head) is torch.nn.Linear and head.weight.dtype == torch.float32
+    ids = torch.randint(3, full.config.vocab_size, (2, 24))
+    with torch.no_grad():
+        exact, quantized = full(ids).logits, small(ids).logits
+    assert not torch.equal(exact, quantized)  # the products did run in int8
+    assert (exact - quantized).abs().max() < 0.05 * exact.abs().max()
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=8)
+    policy = HFPolicy.from_pretrained(
+        str(tiny_model_dir),
+        dtype="int8",
+        device="cpu",
+        sampling=greedy,
+        decoding=DecodingOptions(vote_mode="constrained"),
+    )
+    votes = [o for o in observations(2) if o["stage"] == 1]
+    actions = policy.act(votes)
+    targets = [parse_vote(a.text, 3).target for a in actions]
+    assert all(t is not None and o["vote_targets"][t] == 1 for t, o in zip(targets, votes, strict=True))
+    assert all(a.text == f"<vote>{t + 1}</vote>" for a, t in zip(actions, targets, strict=True))
+    with pytest.raises(ValueError, match="int8 runs on a CPU only"):
+        load_pretrained(str(tiny_model_dir), dtype="int8", device="cuda")
+    with pytest.raises(ValueError, match="int8 is the hf backend's"):
+        engine_kwargs(dtype="int8", cpu=True)
+
+
 def test_a_reserved_cache_grows_and_decodes_as_a_full_forward(tiny_model_dir):
     """Decoding into a reserved cache (room for 2, then doubled) gives the logits of a fresh full forward."""
     from transformers import AutoModelForCausalLM

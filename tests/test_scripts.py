@@ -102,6 +102,16 @@ def test_benchmark_smoke(script, tmp_path):
 
 
 @pytest.mark.slow
+def test_roofline_compile_smoke(tmp_path):
+    """The roofline's static-cache decode, eager and under ``torch.compile`` (needs a C++ compiler, as inductor does)."""
+    pytest.importorskip("transformers")
+    if not shutil.which("g++") and not shutil.which("c++"):
+        pytest.skip("torch.compile on a CPU needs a C++ compiler")
+    out = _run("benchmarks/roofline.py", "--smoke", "--compile", cwd=tmp_path)
+    assert re.search(r"static cache: eager [\d.]+ ms/step; torch.compile [\d.]+ ms/step", out), out[-2000:]
+
+
+@pytest.mark.slow
 def test_viewer_scale_smoke(tmp_path):
     pytest.importorskip("selenium")
     if not (shutil.which("chromium") or shutil.which("google-chrome")) or not shutil.which("chromedriver"):

@@ -90,10 +90,11 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--batch-size", type=int, default=16, help="generation batch size of local models")
     s.add_argument(
         "--dtype",
-        choices=("fast", "auto", "float32", "bfloat16"),
+        choices=("fast", "auto", "float32", "bfloat16", "int8"),
         default="fast",
         help="weights of local models: fast (bfloat16 on GPUs and on CPUs with native bf16, AVX-512 BF16 or AMX; "
-        "else float32), auto (bfloat16 on GPUs, float32 on CPUs), or a dtype",
+        "else float32), auto (bfloat16 on GPUs, float32 on CPUs), int8 (the hf backend on a CPU: linear weights "
+        "quantized to int8, for playing and evaluating), or a dtype",
     )
     s.add_argument(
         "--share-prefix",
