@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.registry import Registry
-from spy_env.config import shown
+from spy_env.sections import shown
 from spy_env.stage import Stage
 
 __all__ = [

@@ -27,118 +27,19 @@ from agents.decoding import (
     vote_choices,
 )
 from agents.prefix_cache import cache_argument, prefill, prefix_groups
+from agents.pretrained import INT8 as INT8  # also named here: scripts load through the backend
+from agents.pretrained import _torch, load_pretrained
+from agents.pretrained import native_bf16 as native_bf16
+from agents.pretrained import quantize_int8 as quantize_int8
 from agents.registry import register_backend, some_argument
 from agents.sampling import SamplingParams
 from agents.tensors import left_pad
-from agents.threads import fit_threads
 from spy_env.parsing import last_boxed
 from spy_env.policy import Action, Observation
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HFPolicy", "load_hf", "load_pretrained", "native_bf16", "quantize_int8", "resolve_device", "resolve_dtype"]
-
-
-def _torch():
-    try:
-        import torch
-    except ImportError as e:
-        raise ImportError("the hf backend needs torch and transformers: pip install 'spyrl[hf]'") from e
-    return torch
-
-
-def resolve_device(device: str = "auto") -> str:
-    torch = _torch()
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
-
-
-def native_bf16() -> bool:
-    """Whether this CPU computes bfloat16 natively (AVX-512 BF16 or AMX), so bf16 weights run faster than fp32."""
-    torch = _torch()
-    return torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-
-
-def resolve_dtype(dtype: Any, device: str):
-    """A torch dtype from a name. ``auto``: bfloat16 on GPUs, float32 on CPUs (full precision for training);
-    ``fast``: bfloat16 also on CPUs that compute it natively (:func:`native_bf16`), for playing; ``int8``:
-    the float32 weights :func:`load_pretrained` then quantizes (:func:`quantize_int8`)."""
-    torch = _torch()
-    if dtype == INT8:
-        return torch.float32
-    if dtype in (None, "auto"):
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    if dtype == "fast":
-        return torch.bfloat16 if device.startswith("cuda") or native_bf16() else torch.float32
-    if isinstance(dtype, str):
-        try:
-            return {
-                "float32": torch.float32,
-                "fp32": torch.float32,
-                "bfloat16": torch.bfloat16,
-                "bf16": torch.bfloat16,
-                "float16": torch.float16,
-                "fp16": torch.float16,
-            }[dtype]
-        except KeyError as e:
-            raise ValueError(f"dtype must be auto, fast, float32, bfloat16, float16 or int8, got {dtype!r}") from e
-    return dtype
-
-
-INT8 = "int8"
-
-
-def quantize_int8(model: Any) -> Any:
-    """``model`` with the weights of its linear layers in int8, one scale per output channel, each product
-    computed from them and the activations quantized on the fly (torch's dynamic quantization); the output
-    head (the vote's logits), embeddings, norms and attention stay float32. For playing and evaluating on
-    a CPU: a quantized model has no gradients. ``benchmarks/play_time.py`` times it and checks its
-    constrained votes against float32's (per-tensor scales or an int8 head agreed on fewer than 95 of 100)."""
-    torch = _torch()
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-    head = model.get_output_embeddings()
-    layers = {
-        name: per_channel_dynamic_qconfig
-        for name, module in model.named_modules()
-        if isinstance(module, torch.nn.Linear) and module is not head
-    }
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # torch.ao's eager quantization: deprecated, not gone
-        warnings.simplefilter("ignore", FutureWarning)
-        warnings.simplefilter("ignore", UserWarning)
-        return quantize_dynamic(model, layers, dtype=torch.qint8)
-
-
-def load_pretrained(
-    path: str,
-    *,
-    dtype: Any = "auto",
-    device: str = "auto",
-    gguf_file: str | None = None,
-    model_kwargs: dict[str, Any] | None = None,
-) -> tuple[Any, Any]:
-    """A causal LM, on ``device`` in ``dtype`` (:func:`resolve_device`, :func:`resolve_dtype`), and its
-    tokenizer, by hub id or local folder (``gguf_file`` for GGUF weights; ``model_kwargs`` go to
-    ``AutoModelForCausalLM.from_pretrained``): what :meth:`HFPolicy.from_pretrained` plays with and a
-    trainer trains."""
-    _torch()
-    try:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-    except ImportError as e:
-        raise ImportError("the hf backend needs transformers: pip install 'spyrl[hf]'") from e
-    device = resolve_device(device)
-    if device == "cpu":
-        fit_threads()  # the cores free now, before the model's first product (agents.threads)
-    extra = {"gguf_file": gguf_file} if gguf_file else {}
-    tokenizer = AutoTokenizer.from_pretrained(path, **extra)
-    if dtype == INT8 and device != "cpu":
-        raise ValueError(f"dtype int8 runs on a CPU only, got device {device!r}")
-    model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=resolve_dtype(dtype, device), **extra, **(model_kwargs or {})
-    )
-    return (quantize_int8(model.eval()) if dtype == INT8 else model.to(device)), tokenizer
+__all__ = ["HFPolicy", "load_hf"]
 
 
 class _SampledLogprobs:
@@ -221,7 +122,8 @@ class HFPolicy:
         model_kwargs: dict[str, Any] | None = None,
         **options: Any,
     ) -> HFPolicy:
-        """Load a model and tokenizer by hub id or local folder (``gguf_file`` for GGUF weights).
+        """Load a model and tokenizer by hub id or local folder (``gguf_file`` for GGUF weights;
+        :func:`agents.pretrained.load_pretrained`).
 
         ``model_kwargs`` go to ``AutoModelForCausalLM.from_pretrained``; ``options`` (``sampling``,
         ``name``, ``batch_size``, ``decoding``, ``share_prefix``, ...) to the policy's constructor.

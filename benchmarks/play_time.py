@@ -83,7 +83,7 @@ from spyrl.commands.common import game_config
 from spyrl.commands.policies import seat_policies
 args = build_parser().parse_args(["play", "--agent", sys.argv[1], "--dtype", "float32"])
 config = game_config(args)
-seat_policies(args, config.n_players)
+seat_policies(args, config.rules.n_players)
 model = time.perf_counter()
 import spy_env
 spy_env.parallel_env(config).reset(seed=0)
@@ -140,6 +140,20 @@ def vote_agreement(model: str, games: int, dtypes: tuple[str, ...]) -> dict[str,
     return out
 
 
+def report_agreement(model: str, games: int, bf16: bool) -> bool:
+    """Print each fast dtype's constrained votes against float32's (bf16 only where native); whether all agree."""
+    dtypes = ("float32", "bfloat16", "int8") if bf16 else ("float32", "int8")
+    agreement = vote_agreement(model, games, dtypes)
+    base = agreement["float32"][2]
+    for dtype in dtypes[1:]:
+        equal, total, seconds = agreement[dtype]
+        print(
+            f"constrained greedy votes, {dtype} vs float32: {equal}/{total} equal ({equal / total:.0%}, goal ≥ 95%); "
+            f"voting took {seconds:.1f} s against {base:.1f} s (×{base / seconds:.2f})"
+        )
+    return all(equal >= 0.95 * total for equal, total, _ in agreement.values())
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--reps", type=int, default=3)
@@ -189,16 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     play(agent, args.seed, folder / "full.jsonl", [*greedy, "--no-share-prefix"])
     same = tokens(folder / "shared.jsonl") == tokens(folder / "full.jsonl")
     print(f"greedy float32 game, shared prefixes vs full prefill: {'the same tokens' if same else 'DIFFERENT tokens'}")
-    dtypes = ("float32", "bfloat16", "int8") if native_bf16() else ("float32", "int8")
-    agreement = vote_agreement(model, args.agreement_games, dtypes)
-    base = agreement["float32"][2]
-    for dtype in dtypes[1:]:
-        equal, total, seconds = agreement[dtype]
-        print(
-            f"constrained greedy votes, {dtype} vs float32: {equal}/{total} equal ({equal / total:.0%}, goal ≥ 95%); "
-            f"voting took {seconds:.1f} s against {base:.1f} s (×{base / seconds:.2f})"
-        )
-    agree = all(equal >= 0.95 * total for equal, total, _ in agreement.values())
+    agree = report_agreement(model, args.agreement_games, native_bf16())
     # a random tiny model's near-uniform votes are no test of a dtype: the smoke run checks the path only
     return 0 if same and (args.smoke or agree) else 1
 

@@ -510,13 +510,13 @@ def game_documents(config: CorpusSettings) -> tuple[Document, ...]:
     """The documents ``config`` plays: its ``corpus`` as given when that already holds
     :class:`Document` s (loaded and filtered once, e.g. by a runner or a trainer), else loaded from
     its spec or rows with the config's filter. A spec string is loaded once per process."""
-    corpus = config.corpus
+    corpus = config.source.corpus
     if isinstance(corpus, tuple) and all(isinstance(d, Document) for d in corpus):
         return corpus
     if isinstance(corpus, str):
-        return _cached_corpus(corpus, config.max_document_chars, config.max_documents)
-    filt = CorpusFilter(truncate=config.max_document_chars)
-    return tuple(load_corpus(corpus, filt, max_documents=config.max_documents))
+        return _cached_corpus(corpus, config.limits.max_document_chars, config.source.max_documents)
+    filt = CorpusFilter(truncate=config.limits.max_document_chars)
+    return tuple(load_corpus(corpus, filt, max_documents=config.source.max_documents))
 
 
 @functools.lru_cache(maxsize=8)

@@ -190,18 +190,18 @@ class GameHost:
 
     def __init__(self, config: GameConfig) -> None:
         self.config = config
-        self.task = TASKS[config.task]
-        self.templates = self.task.templates(config.prompts)
+        self.task = TASKS[config.rules.task]
+        self.templates = self.task.templates(config.rules.prompts)
         # a vote template that never names the field is not given it (defusing it costs a scan)
         self._shows_own_performance = "own_performance" in self.templates["vote"]
         self.documents = game_documents(config)
-        if needs_neighbors(config.resolved_degrade) and len(self.documents) < 2:
+        if needs_neighbors(config.rules.resolved_degrade) and len(self.documents) < 2:
             raise ValueError(
-                f"GameConfig.corpus must hold at least 2 documents for degrade={config.resolved_degrade!r}"
+                f"GameConfig.source.corpus must hold at least 2 documents for degrade={config.rules.resolved_degrade!r}"
             )
         self._index_of_id = {doc.id: i for i, doc in enumerate(self.documents)}
         self._shingles: dict[int, Shingles] = {}
-        self.possible_agents = [f"player_{i}" for i in range(config.n_players)]
+        self.possible_agents = [f"player_{i}" for i in range(config.rules.n_players)]
         self.seat_of = {agent: i for i, agent in enumerate(self.possible_agents)}
         self.np_random, self.np_random_seed = seeding.np_random(None)
         self.game: Game | None = None
@@ -213,27 +213,27 @@ class GameHost:
         self._observation_spaces: dict[str, spaces.Space] = {}
         self._action_spaces: dict[str, spaces.Space] = {}
         self.stages_played = 0  # stages resolved in the current game: PettingZoo's cycles
-        n = config.n_players
-        self.state_space = spaces.MultiDiscrete([len(Stage), config.rounds, n] + [2] * n)
+        n = config.rules.n_players
+        self.state_space = spaces.MultiDiscrete([len(Stage), config.rules.rounds, n] + [2] * n)
 
     # ---------------------------------------------------------------- spaces
     @functools.cached_property
     def max_prompt_chars(self) -> int:
         cfg = self.config
-        return cfg.max_document_chars + cfg.n_players * (cfg.max_performance_chars + 64) + 16_384
+        return cfg.limits.max_document_chars + cfg.rules.n_players * (cfg.limits.max_performance_chars + 64) + 16_384
 
     def observation_space(self, agent: str) -> spaces.Space:
         # Built lazily: runners never ask for spaces.
         if agent not in self._observation_spaces:
-            cfg, n = self.config, self.config.n_players
+            cfg, n = self.config, self.config.rules.n_players
             self._observation_spaces[agent] = spaces.Dict(
                 {
                     "system": _text_space(8_192),
                     "prompt": _text_space(self.max_prompt_chars),
-                    "copy": _text_space(cfg.max_document_chars),
-                    "performances": spaces.Tuple([_text_space(cfg.max_performance_chars) for _ in range(n)]),
+                    "copy": _text_space(cfg.limits.max_document_chars),
+                    "performances": spaces.Tuple([_text_space(cfg.limits.max_performance_chars) for _ in range(n)]),
                     "stage": spaces.Discrete(2),
-                    "round": spaces.Discrete(cfg.rounds),
+                    "round": spaces.Discrete(cfg.rules.rounds),
                     "seat": spaces.Discrete(n),
                     "vote_targets": spaces.MultiBinary(n),
                     "alive": spaces.MultiBinary(n),
@@ -243,7 +243,7 @@ class GameHost:
 
     def action_space(self, agent: str) -> spaces.Space:
         if agent not in self._action_spaces:
-            limit = max(self.config.max_performance_chars, self.config.max_vote_chars)
+            limit = max(self.config.limits.max_performance_chars, self.config.limits.max_vote_chars)
             self._action_spaces[agent] = _text_space(limit)
         return self._action_spaces[agent]
 
@@ -255,23 +255,23 @@ class GameHost:
         cfg, rng = self.config, self.np_random
         # Always draw the same numbers in the same order, so options never shift the stream.
         drawn_index = int(rng.integers(len(self.documents)))
-        drawn_spy = int(rng.integers(cfg.n_players))
+        drawn_spy = int(rng.integers(cfg.rules.n_players))
         drawn_degrade_seed = int(rng.integers(2**63 - 1))
         index = self._document_index(options, drawn_index)
         spy_seat = int(options.get("spy_seat", drawn_spy))
-        if not 0 <= spy_seat < cfg.n_players:
-            raise ValueError(f"options['spy_seat'] must be in 0..{cfg.n_players - 1}, got {spy_seat}")
+        if not 0 <= spy_seat < cfg.rules.n_players:
+            raise ValueError(f"options['spy_seat'] must be in 0..{cfg.rules.n_players - 1}, got {spy_seat}")
         degrade_seed = int(options.get("degrade_seed", drawn_degrade_seed))
         document = self.documents[index]
         context = DegradeContext(
-            ratio=cfg.resolved_ratio,
-            placeholder=cfg.mask_placeholder,
-            relevant_first=cfg.relevant_spans_first,
+            ratio=cfg.rules.resolved_ratio,
+            placeholder=cfg.rules.mask_placeholder,
+            relevant_first=cfg.rules.relevant_spans_first,
             neighbor=lambda: self.documents[self._neighbor(index)].text,
         )
-        degraded = DEGRADERS[cfg.resolved_degrade](document.text, np.random.default_rng(degrade_seed), context)
+        degraded = DEGRADERS[cfg.rules.resolved_degrade](document.text, np.random.default_rng(degrade_seed), context)
         if index not in self._shingles:
-            self._shingles[index] = shingles(document.text, cfg.copy_min_words)
+            self._shingles[index] = shingles(document.text, cfg.penalties.copy_min_words)
         self.game = Game(cfg, self.task, document, spy_seat, degraded, self._shingles[index])
         self.stages_played = 0
         # What reset(seed=..., options=...) needs to re-create this game exactly (buffer rows carry it).
@@ -316,7 +316,7 @@ class GameHost:
         assert game is not None
         scene = self._scene_of(game)
         fields = {**scene.fields, "player": seat + 1, "document": game.views[seat]}
-        targets = np.zeros(self.config.n_players, dtype=np.int8)
+        targets = np.zeros(self.config.rules.n_players, dtype=np.int8)
         if game.stage is Stage.VOTE:
             legal = game.legal_targets(seat)
             targets[legal] = 1
@@ -343,12 +343,12 @@ class GameHost:
             return self._scene
         stage = game.stage
         fields = {
-            "n_players": self.config.n_players,
+            "n_players": self.config.rules.n_players,
             "round": game.round + 1,
             "task": self.task.instruction,
             "history": game.history_text(),
         }
-        shown: tuple[str | None, ...] = (None,) * self.config.n_players
+        shown: tuple[str | None, ...] = (None,) * self.config.rules.n_players
         if stage is Stage.VOTE:
             shown = tuple(game.shown_performances())
             fields["performances"] = format_performances(shown)
@@ -366,7 +366,7 @@ class GameHost:
 
     def _system_turn(self) -> str:
         if self._system is None:
-            text = self.templates["system"].format(n_players=self.config.n_players, task=self.task.instruction)
+            text = self.templates["system"].format(n_players=self.config.rules.n_players, task=self.task.instruction)
             self._system = text[:8_192]
         return self._system
 
@@ -385,7 +385,7 @@ class GameHost:
         if game is None:
             raise RuntimeError("state() before reset()")
         stage = list(Stage).index(game.stage)
-        round_ = min(game.round, self.config.rounds - 1)
+        round_ = min(game.round, self.config.rules.rounds - 1)
         return np.asarray([stage, round_, game.spy_seat, *map(int, game.alive)], dtype=np.int64)
 
     def play_stage(self, actions: Mapping[int, Any]) -> RoundResult | None:

@@ -92,7 +92,7 @@ class Game:
         degraded: Degraded,
         source_shingles: Shingles | None = None,
     ) -> None:
-        n = config.n_players
+        n = config.rules.n_players
         if not 0 <= spy_seat < n:
             raise ValueError(f"spy_seat must be in 0..{n - 1}, got {spy_seat}")
         self.config = config
@@ -109,7 +109,7 @@ class Game:
     # ------------------------------------------------------------------ state
     @property
     def n_players(self) -> int:
-        return self.config.n_players
+        return self.config.rules.n_players
 
     @property
     def round(self) -> int:
@@ -135,7 +135,7 @@ class Game:
 
     def legal_targets(self, seat: int) -> list[int]:
         """Seats ``seat`` may vote for (0-based)."""
-        return [s for s in range(self.n_players) if self.alive[s] and (s != seat or self.config.allow_self_vote)]
+        return [s for s in range(self.n_players) if self.alive[s] and (s != seat or self.config.rules.allow_self_vote)]
 
     def shown_performances(self) -> list[str | None]:
         """This round's performances as the voters see them (``None`` for dead seats)."""
@@ -177,7 +177,7 @@ class Game:
 
     def _performance(self, seat: int, action: str, violations: list[str]) -> Performance:
         cfg = self.config
-        text = self._truncate(action, cfg.max_performance_chars, violations, lambda t: t.rfind("\\boxed"))
+        text = self._truncate(action, cfg.limits.max_performance_chars, violations, lambda t: t.rfind("\\boxed"))
         shown = strip_think(text)
         answer = last_boxed(shown)
         penalty = 0.0
@@ -185,29 +185,29 @@ class Game:
             violations.append("empty")
         for check in self.task.check(shown):
             violations.append(check.violation)
-            penalty += getattr(cfg, check.penalty)
+            penalty += getattr(cfg.penalties, check.penalty)
         if self._source_shingles is not None and copied_run(shown, self._source_shingles):
             violations.append("verbatim_copy")
-            penalty += cfg.penalty_copy
+            penalty += cfg.penalties.penalty_copy
         if "overlength" in violations:
-            penalty += cfg.penalty_overlength
+            penalty += cfg.penalties.penalty_overlength
         return Performance(seat, text, shown, answer, tuple(violations), penalty)
 
     def _vote(self, seat: int, action: str, violations: list[str]) -> Vote:
         cfg = self.config
-        text = self._truncate(action, cfg.max_vote_chars, violations, last_vote_tag)
+        text = self._truncate(action, cfg.limits.max_vote_chars, violations, last_vote_tag)
         parsed = parse_vote(text, self.n_players)
         target, invalid = parsed.target, parsed.violation
         if target is not None and not self.alive[target]:
             target, invalid = None, "eliminated_target"
-        elif target == seat and not cfg.allow_self_vote:
+        elif target == seat and not cfg.rules.allow_self_vote:
             target, invalid = None, "self_vote"
         penalty = 0.0
         if invalid:
             violations.append(invalid)
-            penalty += cfg.penalty_invalid_vote
+            penalty += cfg.penalties.penalty_invalid_vote
         if "overlength" in violations:
-            penalty += cfg.penalty_overlength
+            penalty += cfg.penalties.penalty_overlength
         abstain = target is None
         return Vote(seat, text, target, abstain, tuple(violations), penalty)
 
@@ -217,7 +217,9 @@ class Game:
         votes = tuple(log.votes[s].target if alive[s] else None for s in range(n))
         received = rewards.votes_received(votes, n)
         detect = [r if alive[s] else 0.0 for s, r in enumerate(rewards.detection_rewards(votes, self.spy_seat))]
-        perform = rewards.performing_rewards(received, self.spy_seat, alive, cfg.vote_gap_weight, cfg.lam)
+        perform = rewards.performing_rewards(
+            received, self.spy_seat, alive, cfg.rewards.vote_gap_weight, cfg.rewards.lam
+        )
         eliminated = rewards.plurality_elimination(received, alive)
         result = RoundResult(
             round=log.round,
@@ -234,7 +236,7 @@ class Game:
         log.result = result
         if eliminated is not None:
             self.alive[eliminated] = False
-        if result.spy_caught or log.round + 1 >= cfg.rounds or sum(self.alive) <= 2:
+        if result.spy_caught or log.round + 1 >= cfg.rules.rounds or sum(self.alive) <= 2:
             self.stage = Stage.DONE
         else:
             self.log.append(RoundLog(round=log.round + 1))

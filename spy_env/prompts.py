@@ -105,17 +105,17 @@ def validate_templates(templates: Mapping[str, str]) -> None:
 
     for name, template in templates.items():
         if name not in TEMPLATE_FIELDS:
-            raise ValueError(f"GameConfig.prompts: unknown template {name!r}; allowed: {sorted(TEMPLATE_FIELDS)}")
+            raise ValueError(f"GameConfig.rules.prompts: unknown template {name!r}; allowed: {sorted(TEMPLATE_FIELDS)}")
         if not isinstance(template, str):
-            raise ValueError(f"GameConfig.prompts[{name!r}] must be a string")
+            raise ValueError(f"GameConfig.rules.prompts[{name!r}] must be a string")
         try:
             fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
         except ValueError as e:
-            raise ValueError(f"GameConfig.prompts[{name!r}] is not a valid format string: {e}") from e
+            raise ValueError(f"GameConfig.rules.prompts[{name!r}] is not a valid format string: {e}") from e
         unknown = {f.split(".")[0].split("[")[0] for f in fields} - TEMPLATE_FIELDS[name]
         if unknown:
             raise ValueError(
-                f"GameConfig.prompts[{name!r}] uses unknown fields {sorted(unknown)}; "
+                f"GameConfig.rules.prompts[{name!r}] uses unknown fields {sorted(unknown)}; "
                 f"allowed: {sorted(TEMPLATE_FIELDS[name])}"
             )
 

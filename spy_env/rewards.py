@@ -117,6 +117,6 @@ def weighted_reward(
     >>> weighted_reward(GameConfig(weight_perform=0.5), detect=1.0, perform=-1.0, penalty=-0.25)
     0.25
     """
-    weights = (config.weight_detect, config.weight_perform, config.weight_penalty)
+    weights = (config.rewards.weight_detect, config.rewards.weight_perform, config.rewards.weight_penalty)
     terms = [w * x for w, x in zip(weights, (detect, perform, penalty), strict=True) if x is not None]
     return functools.reduce(operator.add, terms)

@@ -193,12 +193,12 @@ class Runner:
         order = rng.permutation(len(self.documents))
         balanced = None
         if self.spy_seats == "balanced":  # its own stream: the documents, masks and seeds stay the random deal's
-            balanced = _balanced_stream(self.config.n_players, np.random.default_rng([seed, 1]))
+            balanced = _balanced_stream(self.config.rules.n_players, np.random.default_rng([seed, 1]))
         dealt = 0
         for group in range(n_groups):
             document_index = int(order[group % len(order)])
             shared = {
-                "spy_seat": int(rng.integers(self.config.n_players)),
+                "spy_seat": int(rng.integers(self.config.rules.n_players)),
                 "degrade_seed": int(rng.integers(2**63 - 1)),
             }
             group_seat = next(balanced) if balanced is not None and self.replay_setup else None
@@ -222,8 +222,8 @@ class Runner:
         agents = list(host.possible_agents)
         observations = {a: host.observe(host.seat_of[a]) for a in agents}
         seat_policies = policies(game_index) if callable(policies) else policies
-        if len(seat_policies) != self.config.n_players:
-            raise ValueError(f"need one policy per seat ({self.config.n_players}), got {len(seat_policies)}")
+        if len(seat_policies) != self.config.rules.n_players:
+            raise ValueError(f"need one policy per seat ({self.config.rules.n_players}), got {len(seat_policies)}")
         if self._spy is not None:
             seat_policies = [self._spy if s == game.spy_seat else p for s, p in enumerate(seat_policies)]
         return _Slot(game_index, host, game, agents, observations, seat_policies, setup["group"], setup["seed"], {})
@@ -299,9 +299,9 @@ class Runner:
             "completion_token_ids": list(action.completion_token_ids or []),
             "logprobs": [float(x) for x in (action.logprobs or [])],
             "completion_mask": [int(x) for x in (action.completion_mask or [])],
-            "vote_probs": _vote_probs(action.vote_distribution, self.config.n_players),
+            "vote_probs": _vote_probs(action.vote_distribution, self.config.rules.n_players),
             "choice_step": -1 if action.choice_step is None else int(action.choice_step),
-            "choice_token_ids": _choice_token_ids(action.choice_tokens, self.config.n_players),
+            "choice_token_ids": _choice_token_ids(action.choice_tokens, self.config.rules.n_players),
             "finish_reason": action.finish_reason or "",
             "error": safe_reason(action.error),  # no credentials a server echoed
         }
@@ -330,7 +330,7 @@ class Runner:
             row["role"] = "spy" if is_spy else "civilian"
             row["spy_seat"] = game.spy_seat
             row["spy_caught"] = caught
-            untrained_spy_vote = is_spy and row["stage"] == Stage.VOTE and not self.config.train_spy_vote
+            untrained_spy_vote = is_spy and row["stage"] == Stage.VOTE and not self.config.rules.train_spy_vote
             scene = self._spy is not None and not is_spy  # run(spy=...): the fixed players around the spy
             row["trainable"] = not (untrained_spy_vote or scene)
         return rows

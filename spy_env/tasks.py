@@ -69,7 +69,9 @@ def register_task(task: Task) -> Task:
     """
     for check in task.checks:
         if not check.penalty.startswith("penalty_"):
-            raise ValueError(f"task {task.name!r}: check {check.violation!r} must name a GameConfig penalty_* field")
+            raise ValueError(
+                f"task {task.name!r}: check {check.violation!r} must name a GameConfig.penalties penalty_* field"
+            )
     if TASKS.get(task.name, task) != task:
         raise ValueError(f"a different task is already registered as {task.name!r}")
     TASKS[task.name] = task

@@ -58,15 +58,18 @@ def kept_tiny_run(folder: Path, **settings: Any) -> tuple[Path, Path, Path]:
 GOOD = "Problem: what is $2 + 3$?\nSolution: $2 + 3 = 5$, so the answer is $\\boxed{5}$."
 
 
-def fake_trainer(config: Any) -> SimpleNamespace:
-    """What ``SpyRLTrainer.select_samples`` and ``mini_batch_size`` read from a trainer, without a model
-    (``config``: a ``SpyRLConfig``)."""
+def fake_trainer(config: Any, rae: Any = None) -> SimpleNamespace:
+    """What ``SpyRLTrainer.select_samples`` reads from a trainer, without a model: its advantage pipeline
+    on one process, built as the trainer builds it (``config``: a ``SpyRLConfig``; ``rae``: the RAE
+    baselines, fresh ones at the config's α if None)."""
+    from spy_env.stage import Stage
+    from trainers.advantages import AdvantagePipeline
     from trainers.algorithm import RAEBaselines
 
-    accelerator = SimpleNamespace(num_processes=1)
-    return SimpleNamespace(
-        config=config, distributed=False, accelerator=accelerator, rae=RAEBaselines(alpha=config.advantages.rae_alpha)
-    )
+    rae = RAEBaselines(alpha=config.advantages.rae_alpha) if rae is None else rae
+    learner = frozenset(stage for stage in (Stage.PERFORM, Stage.VOTE) if config.rollout.learner_plays(stage))
+    pipeline = AdvantagePipeline(config.advantages, config.game, rae, learner, config.rollout.max_prompt_tokens)
+    return SimpleNamespace(config=config, rae=rae, advantages=pipeline)
 
 
 def play_scripted(

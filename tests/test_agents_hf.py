@@ -298,7 +298,7 @@ def test_boxed_answer_is_detected_incrementally_as_by_decoding_the_whole_body(ti
 
 
 def test_fast_dtype_is_bf16_only_where_the_cpu_computes_it():
-    from agents.hf import native_bf16, resolve_dtype
+    from agents.pretrained import native_bf16, resolve_dtype
 
     assert resolve_dtype("fast", "cpu") == (torch.bfloat16 if native_bf16() else torch.float32)
     assert resolve_dtype("fast", "cuda") == resolve_dtype("auto", "cuda") == torch.bfloat16
@@ -310,7 +310,7 @@ def test_fast_dtype_is_bf16_only_where_the_cpu_computes_it():
 def test_int8_quantizes_every_linear_layer_but_the_head_and_still_plays(tiny_model_dir):
     from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
 
-    from agents.hf import load_pretrained
+    from agents.pretrained import load_pretrained
     from agents.vllm_settings import engine_kwargs
     from spy_env.parsing import parse_vote
 

@@ -2,7 +2,9 @@
 
 - ``spy_env`` imports none of ``agents``, ``trainers``, ``spyrl``; ``agents`` imports neither
   ``trainers`` nor ``spyrl``; ``trainers`` does not import ``spyrl``.
-- No function outside tests is longer than 60 lines; no module in ``trainers/`` over 400 lines.
+- Size guides, not budgets: a function outside tests stays within 60 lines and a package module within
+  400, or is listed below with the reason it is longer; past 100 lines (a function) or 800 (a module) it
+  fails whatever the reason. A module that outgrows the guide is split along a real seam, or listed.
 - Stages are compared through ``spy_env.Stage`` (no bare 0/1), and policies, engines, trainers and
   their kin are not probed with ``getattr``/``hasattr`` (they declare ``spy_env.policy.Policy`` or
   ``RolloutPolicy``; a name is read with ``spy_env.policy.policy_name``).
@@ -57,17 +59,69 @@ def test_imports_only_go_through_the_one_way_doors(package):
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
-def test_functions_and_trainer_modules_stay_short():
-    long = []
-    for path in CODE:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+FUNCTION_GUIDE, FUNCTION_LIMIT = 60, 100
+MODULE_GUIDE, MODULE_LIMIT = 400, 800
+# Functions longer than the guide, each with why it is not split ("path:name": reason).
+LONG_FUNCTIONS: dict[str, str] = {}
+# Package modules longer than the guide, each with why it holds what it holds.
+LONG_MODULES = {
+    "spy_env/io.py": "every guarded file operation (atomic writes, link-refusing reads, bounded JSON and YAML "
+    "parsing, the run lock) in one module, so that file safety is audited in one place",
+    "spy_env/env.py": "the environment's documentation page (its docstring, as PettingZoo's pages are) with the "
+    "game host and the AEC and parallel wrappers that are its API",
+    "spy_env/buffer.py": "the buffer's row schema with the code that writes, reads and checks rows against it",
+    "spy_env/corpus.py": "every corpus source with the filters and the held-out split each goes through",
+    "spy_env/runner.py": "the batched runner's one loop over stages with the buffer rows it records",
+    "agents/decoding.py": "each decoding program (vote modes, answer endings) with the token logic it needs",
+    "agents/scripted.py": "the scripted baselines, which share their lexical scoring",
+    "agents/vllm_backend.py": "the vLLM backend: its engine, decoding programs and per-token log-probs",
+    "spyrl/evaluation/leaderboard.py": "the released sets' format: building, loading, verifying and scoring them",
+    "spyrl/evaluation/tournament.py": "a tournament's schedule with the metrics and intervals it is scored by",
+    "spyrl/integrations/openenv.py": "the OpenEnv server's seat, its protocol checks and the other seats' agents",
+    "spyrl/viewer/payload.py": "everything the viewer page shows, rebuilt from buffers, runs and tournaments",
+}
+
+
+def size_problems(
+    paths: list[Path], root: Path, long_modules: dict[str, str], long_functions: dict[str, str]
+) -> list[str]:
+    """Functions and package modules past their guide and not listed with a reason, or past their limit."""
+    found = []
+    for path in paths:
+        where = path.relative_to(root).as_posix()
+        source = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(source)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1
-                if lines > 60:
-                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
-    assert long == []
-    big = {p.name: n for p in (ROOT / "trainers").glob("*.py") if (n := len(p.read_text().splitlines())) > 400}
-    assert big == {}
+                listed = bool(long_functions.get(f"{where}:{node.name}"))
+                if lines > FUNCTION_LIMIT or (lines > FUNCTION_GUIDE and not listed):
+                    found.append(f"{where}:{node.lineno} {node.name} ({lines} lines)")
+        n = len(source.splitlines())
+        in_package = where.split("/")[0] in PACKAGES
+        if in_package and (n > MODULE_LIMIT or (n > MODULE_GUIDE and not long_modules.get(where))):
+            found.append(f"{where} ({n} lines)")
+    return found
+
+
+def test_functions_and_modules_stay_within_their_guides_or_say_why():
+    assert size_problems(CODE, ROOT, LONG_MODULES, LONG_FUNCTIONS) == []
+    listed = [*LONG_MODULES, *(name.split(":")[0] for name in LONG_FUNCTIONS)]
+    assert [where for where in listed if not (ROOT / where).is_file()] == []  # no reason outlives its module
+
+
+def test_the_size_check_fails_past_a_guide_unlisted_and_past_a_limit_listed(tmp_path):
+    (tmp_path / "spy_env").mkdir()
+    body = "".join(f"    x{i} = {i}\n" for i in range(70))
+    long = tmp_path / "spy_env" / "long.py"
+    long.write_text(f"def f():\n{body}" + "\n" * 400, encoding="utf-8")
+    assert size_problems([long], tmp_path, {}, {}) == ["spy_env/long.py:1 f (71 lines)", "spy_env/long.py (471 lines)"]
+    assert size_problems([long], tmp_path, {"spy_env/long.py": "why"}, {"spy_env/long.py:f": "why"}) == []
+    huge = tmp_path / "spy_env" / "huge.py"
+    huge.write_text("def g():\n" + body * 2 + "\n" * 700, encoding="utf-8")
+    assert size_problems([huge], tmp_path, {"spy_env/huge.py": "why"}, {"spy_env/huge.py:g": "why"}) == [
+        "spy_env/huge.py:1 g (141 lines)",
+        "spy_env/huge.py (841 lines)",
+    ]
 
 
 def test_no_bare_stage_numbers_and_no_policy_probes():
@@ -270,18 +324,27 @@ def test_no_import_circle_among_package_modules():
 def test_no_config_field_is_held_by_two_configs():
     """One owner per setting: a field in two sections (or in GameConfig and a trainer section) means one
     copy silently wins (``train_spy_vote`` did) or one name means two things (``beta`` did); a field name
-    alone (``--set learning_rate=...``) names its section only because no two share it. Nothing has been
-    released, so no field is kept as a deprecated alias either."""
+    alone (``--set learning_rate=...``) names its section only because no two share it. A section's own
+    sections (``game.rules``, ``rollout.vllm``) count by their settings' flat names, which no section name
+    shadows. Nothing has been released, so no field is kept as a deprecated alias either."""
     from dataclasses import fields
 
+    from spy_env.sections import flat_fields, subsections
     from trainers.config import SECTIONS
 
     owners: dict[str, list[str]] = {}
     for section, cls in SECTIONS.items():
-        for f in fields(cls):
-            owners.setdefault(f.name, []).append(section)
+        for name in flat_fields(cls):
+            owners.setdefault(name, []).append(section)
     assert {name: where for name, where in owners.items() if len(where) > 1} == {}
+    held = {name for cls in SECTIONS.values() for name in subsections(cls)}
+    assert held and sorted(held & set(owners)) == []
     helps = {f"{s}.{f.name}": f.metadata.get("help", "") for s, cls in SECTIONS.items() for f in fields(cls)}
+    helps |= {
+        f"{s}.{name}": f.metadata.get("help", "")
+        for s, cls in SECTIONS.items()
+        for name, (_, f) in flat_fields(cls).items()
+    }
     assert [name for name, text in helps.items() if not text or "deprecated" in text.lower()] == []
 
 
@@ -290,12 +353,17 @@ def test_every_config_section_is_frozen_and_checks_its_choices_where_it_is_defin
     is refused by the section itself, naming ``SpyRLConfig.<section>.<field>``."""
     import dataclasses
 
+    from spy_env.sections import subsections
     from trainers.config import SECTIONS, SpyRLConfig
     from trainers.validation import literal_choices
 
     assert SpyRLConfig.__dataclass_params__.frozen
     for name, cls in SECTIONS.items():
         assert cls.__dataclass_params__.frozen, name
+        for held, (inner, _) in subsections(cls).items():
+            assert inner.__dataclass_params__.frozen, f"{name}.{held}"
+            place = inner.PLACE if name == "game" else f"SpyRLConfig.{inner.SECTION}"
+            assert place == ("GameConfig" if name == "game" else f"SpyRLConfig.{name}") + f".{held}"
         if name == "game":
             continue
         assert name == cls.SECTION

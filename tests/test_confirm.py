@@ -202,7 +202,9 @@ def test_the_shipped_split_is_apart_from_the_corpus(repo):
 def test_the_confirm_set_is_built_as_the_released_sets_are(repo, confirm_file):
     plan = committed_plan(repo)
     board, used = confirm_set("detect", plan, path=confirm_file)
-    documents = confirm_documents(plan, path=confirm_file, filt=CorpusFilter(truncate=GameConfig().max_document_chars))
+    documents = confirm_documents(
+        plan, path=confirm_file, filt=CorpusFilter(truncate=GameConfig().limits.max_document_chars)
+    )
     text = build_set("detect", config=GameConfig(), documents=documents)
     assert board.name == "confirm-detect" and len(board.games) == 100 and board.config == GameConfig()
     assert board.sha256 == hashlib.sha256(text.encode()).hexdigest()

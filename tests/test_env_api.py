@@ -58,8 +58,8 @@ def test_registered_with_pettingzoo():
 
     aec = pettingzoo.make("aec", spy_env.ENV_ID, n_players=4)
     par = pettingzoo.make("parallel", spy_env.ENV_ID, n_players=4)
-    assert aec.unwrapped.config.n_players == 4
-    assert par.unwrapped.config.n_players == 4
+    assert aec.unwrapped.config.rules.n_players == 4
+    assert par.unwrapped.config.rules.n_players == 4
     assert set(par.possible_agents) == {f"player_{i}" for i in range(4)}
 
 

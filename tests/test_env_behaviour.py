@@ -31,7 +31,7 @@ class VotingSpace(spaces.Text):
 class VotingEnv(raw_env):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self._voting_spaces = {a: VotingSpace(self.config.n_players) for a in self.possible_agents}
+        self._voting_spaces = {a: VotingSpace(self.config.rules.n_players) for a in self.possible_agents}
 
     def action_space(self, agent):
         return self._voting_spaces[agent]

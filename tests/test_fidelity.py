@@ -23,6 +23,7 @@ from trainers.algorithm import RAEBaselines, StageController  # noqa: E402
 from trainers.config import SpyRLConfig  # noqa: E402
 from trainers.grpo import SpyRLTrainer  # noqa: E402
 from trainers.loss import LossScale, Objective, clipped_policy_loss, loss_items  # noqa: E402
+from trainers.update import mini_batch_size  # noqa: E402
 
 PAPER = "qwen3-4b-paper"
 
@@ -48,7 +49,7 @@ def game_rows(game_id, votes, spy, *, config=None, penalties=None, group_id=None
                 "error": "", "prompt_token_ids": list(prompt or [game_id, seat]), "completion_token_ids": [1, 2],
                 "completion_mask": [], "reward_detect": 0.0, "reward_perform": 0.0, component: reward,
                 "reward_penalty": penalty, "reward": reward + penalty,
-                "trainable": not (role == "spy" and stage == "vote" and not game.train_spy_vote),
+                "trainable": not (role == "spy" and stage == "vote" and not game.rules.train_spy_vote),
             })  # fmt: skip
     return rows
 
@@ -61,22 +62,26 @@ def advantages_by(samples, key="seat"):
 def test_paper_preset_makes_one_update_per_iteration():
     paper = SpyRLConfig.preset(PAPER)
     games = paper.rollout.documents_per_iteration * paper.rollout.games_per_document
+
+    def step_size(config, samples):  # samples per optimizer step, as the trainer's updater counts them
+        return mini_batch_size(config.update, config.rollout.documents_per_iteration, samples)
+
     for samples in (games * 5, games * 4, 7):  # performances, votes (civilians only), a few
-        assert SpyRLTrainer.mini_batch_size(fake_trainer(paper), samples) == samples
+        assert step_size(paper, samples) == samples
     # the same number in samples is many updates; in documents, verl's unit, two mini-batches of 64
-    assert SpyRLTrainer.mini_batch_size(fake_trainer(SpyRLConfig.from_dict(dict(mini_batch_size=128))), 5120) == 128
+    assert step_size(SpyRLConfig.from_dict(dict(mini_batch_size=128)), 5120) == 128
     halves = SpyRLConfig.from_dict(dict(mini_batch_size=64, mini_batch_unit="documents", micro_batch_size=5))
-    assert SpyRLTrainer.mini_batch_size(fake_trainer(halves), 5120) == 2560
+    assert step_size(halves, 5120) == 2560
     uneven = SpyRLConfig.from_dict(dict(documents_per_iteration=100, mini_batch_size=64, mini_batch_unit="documents"))
-    assert SpyRLTrainer.mini_batch_size(fake_trainer(uneven), 500) == 250  # ceil(100 / 64) = 2 updates
+    assert step_size(uneven, 500) == 250  # ceil(100 / 64) = 2 updates
 
 
 # ---------------------------------------------------------------------- finding 2: corpus
 def test_paper_preset_streams_nemotron_and_keeps_heldout_documents():
     paper = SpyRLConfig.preset(PAPER)
-    assert paper.game.corpus == "nemotron:4plus"
+    assert paper.game.source.corpus == "nemotron:4plus"
     assert paper.run.heldout_fraction == pytest.approx(0.2)
-    assert paper.game.max_documents * (1 - paper.run.heldout_fraction) >= (
+    assert paper.game.source.max_documents * (1 - paper.run.heldout_fraction) >= (
         paper.run.iterations * paper.rollout.documents_per_iteration
     )
 
@@ -123,7 +128,7 @@ def test_first_performing_iteration_is_centred_per_role():
         mean = np.mean([s.advantage for s in selected if s.row["role"] == role])
         assert mean == pytest.approx(0.0, abs=1e-9), role
     # the cold start stays one flag away
-    cold = types.SimpleNamespace(config=SpyRLConfig(), distributed=False, rae=RAEBaselines(alpha=0.9, init="zero"))
+    cold = fake_trainer(SpyRLConfig(), rae=RAEBaselines(alpha=0.9, init="zero"))
     selected, _ = SpyRLTrainer.select_samples(cold, rows, "perform")
     assert np.mean([s.advantage for s in selected if s.row["role"] == "spy"]) < -1.0
 
@@ -149,7 +154,7 @@ def test_perform_roles_trains_one_roles_performances(roles):
 def test_paper_preset_trains_the_spys_vote_inside_the_detection_group():
     paper = SpyRLConfig.preset(PAPER)
     game = paper.game
-    assert game.train_spy_vote and game.allow_self_vote and paper.advantages.spy_vote_in_group
+    assert game.rules.train_spy_vote and game.rules.allow_self_vote and paper.advantages.spy_vote_in_group
     # every civilian finds the spy, the spy votes for civilian 1: the old group (civilians only)
     # has identical rewards and no signal; Eq. 5 over all n voters rewards the civilians
     rows = game_rows(0, [4, 4, 4, 4, 1], spy=4, config=paper)
@@ -409,10 +414,10 @@ def test_character_limits_follow_the_token_budget():
     """The paper preset's 4096-token replies are never cut by characters (8 per token); small budgets keep
     the environment's defaults, and an explicit game.max_vote_chars wins."""
     game = SpyRLConfig.preset(PAPER).game
-    assert game.max_vote_chars >= 8 * 4096 and game.max_performance_chars >= 8 * 4096
+    assert game.limits.max_vote_chars >= 8 * 4096 and game.limits.max_performance_chars >= 8 * 4096
     small = SpyRLConfig.preset("cpu-smoke").game
-    assert (small.max_vote_chars, small.max_performance_chars) == (4000, 8000)
-    assert SpyRLConfig.preset(PAPER, game={"max_vote_chars": 500}).game.max_vote_chars == 500
+    assert (small.limits.max_vote_chars, small.limits.max_performance_chars) == (4000, 8000)
+    assert SpyRLConfig.preset(PAPER, game={"max_vote_chars": 500}).game.limits.max_vote_chars == 500
 
 
 def test_a_bracketed_placeholder_override_stays_a_string():
@@ -421,7 +426,9 @@ def test_a_bracketed_placeholder_override_stays_a_string():
     config = SpyRLConfig.preset(PAPER).with_overrides(
         ["game.mask_placeholder=[…]", "beta=0.01", "model.name_or_path=[x]"]
     )
-    assert config.game.mask_placeholder == "[…]" and config.loss.beta == 0.01 and config.model.name_or_path == "[x]"
+    assert (
+        config.game.rules.mask_placeholder == "[…]" and config.loss.beta == 0.01 and config.model.name_or_path == "[x]"
+    )
 
 
 # ------------------------------------------------- issue #30: which group, which memory, on real rows
@@ -478,7 +485,7 @@ def test_rae_baselines_remember_across_performing_iterations(played):
     trainer, rows = played
     config = trainer.config.with_overrides(["rae_init=first_batch", "rae_alpha=0.9", "penalty_advantage=own"])
     fake = fake_trainer(config)
-    weight, penalty_weight = config.game.weight_perform, config.game.weight_penalty
+    weight, penalty_weight = config.game.rewards.weight_perform, config.game.rewards.weight_penalty
     baselines: dict[str, float] = {}
     memoryless_gap = 0.0
     for document in sorted({r["group_id"] for r in rows}):

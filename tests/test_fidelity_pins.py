@@ -175,8 +175,8 @@ def test_paper_preset_sets_every_hyper_parameter():
     values = {k: v for section in paper.to_dict().values() for k, v in section.items()}
     assert {k: values[k] for k in PAPER_VALUES} == PAPER_VALUES
     game = paper.game
-    assert {k: getattr(game, k) for k in PAPER_GAME} == PAPER_GAME
-    assert game.resolved_degrade == "mask_spans" and game.resolved_ratio == pytest.approx(0.4)
+    assert {k: game.to_dict()[k] for k in PAPER_GAME} == PAPER_GAME
+    assert game.rules.resolved_degrade == "mask_spans" and game.rules.resolved_ratio == pytest.approx(0.4)
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,11 @@ def test_trainer_presets_never_play_heldout_documents(tmp_path):
     from spy_env.corpus import CorpusFilter, load_corpus
 
     game = config.game
-    docs = load_corpus(game.corpus, CorpusFilter(truncate=game.max_document_chars), max_documents=game.max_documents)
+    docs = load_corpus(
+        game.source.corpus,
+        CorpusFilter(truncate=game.limits.max_document_chars),
+        max_documents=game.source.max_documents,
+    )
     train, heldout = split_documents(docs, config.run.heldout_fraction)
     assert heldout and not {d.id for d in train} & {d.id for d in heldout}
 

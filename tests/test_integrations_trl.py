@@ -190,7 +190,7 @@ def test_environment_factory_class_plays_one_seat_through_its_tools():
         env.vote(1)
     vote_prompt = env.perform(row["performances"][row["seat"]])
     assert "<vote>" in vote_prompt
-    outcome = env.vote((row["spy_seat"] + 1) % CONFIG.n_players + 1)
+    outcome = env.vote((row["spy_seat"] + 1) % CONFIG.rules.n_players + 1)
     assert f"Player {row['spy_seat'] + 1}" in outcome
     # the whole round's reward of the seat, as the env computes it with heuristic detectors
     game = spy_env.parallel_env(CONFIG, rounds=1)
@@ -198,7 +198,7 @@ def test_environment_factory_class_plays_one_seat_through_its_tools():
     observations = game.step({a: row["performances"][game.seat_of[a]] for a in game.agents})[0]
     others = [a for a in game.agents if game.seat_of[a] != row["seat"]]
     votes = dict(zip(others, HeuristicAgent(seed=row["game_seed"]).act([observations[a] for a in others]), strict=True))
-    votes[game.possible_agents[row["seat"]]] = f"<vote>{(row['spy_seat'] + 1) % CONFIG.n_players + 1}</vote>"
+    votes[game.possible_agents[row["seat"]]] = f"<vote>{(row['spy_seat'] + 1) % CONFIG.rules.n_players + 1}</vote>"
     rewards = game.step(votes)[1]
     assert env.get_reward() == pytest.approx(rewards[game.possible_agents[row["seat"]]])
 
@@ -258,7 +258,7 @@ def test_rows_with_seats_out_of_range_are_refused(column, value):
 
 def test_rows_record_their_game_and_a_reward_of_another_game_is_a_clear_error():
     votes, columns = _vote_columns()
-    assert all(spy_env.GameConfig.from_dict(__import__("json").loads(g)).n_players == 4 for g in columns["game"])
+    assert all(spy_env.GameConfig.from_dict(__import__("json").loads(g)).rules.n_players == 4 for g in columns["game"])
     with pytest.raises(ValueError, match=r"another GameConfig \(differs in \['max_document_chars', 'n_players'\]\)"):
         DetectionReward()(votes["prompt"], ["<vote>1</vote>"] * len(votes), **columns)
     del columns["game"]  # a dataset saved before rows recorded their game: the seat counts still tell

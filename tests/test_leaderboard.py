@@ -49,7 +49,9 @@ def _train_ids(config: SpyRLConfig) -> set[str]:
     """The documents a trainer with ``config`` plays (the same load and split as SpyRLTrainer)."""
     game = config.game
     documents = load_corpus(
-        game.corpus, CorpusFilter(truncate=game.max_document_chars), max_documents=game.max_documents
+        game.source.corpus,
+        CorpusFilter(truncate=game.limits.max_document_chars),
+        max_documents=game.source.max_documents,
     )
     return {d.id for d in split_documents(documents, config.run.heldout_fraction)[0]}
 
@@ -63,7 +65,7 @@ def test_benchmark_documents_are_held_out_of_every_preset(kind, preset, tmp_path
     config = SpyRLConfig.preset(preset, output_dir=str(tmp_path))
     # corpus-independent: the split is a hash of the id, so no corpus could put them in training
     assert all(is_heldout(i, config.run.heldout_fraction) for i in ids)
-    if config.game.corpus != "embedded":  # a hub corpus (the paper's Nemotron): no network here
+    if config.game.source.corpus != "embedded":  # a hub corpus (the paper's Nemotron): no network here
         return
     assert not ids & _train_ids(config)
     # and the check has teeth: a preset that held nothing out would train on the benchmark

@@ -65,12 +65,12 @@ def test_distributions_that_are_the_cast_votes_give_the_envs_rewards_on_a_real_b
     reproduces the env's ``reward_perform`` exactly: the same formula, alive seats and counting."""
     config, rows = played
     votes = [r for r in rows if r["stage"] == "vote"]
-    assert votes and all(len(r["vote_probs"]) == config.game.n_players + 1 for r in votes)  # recorded
+    assert votes and all(len(r["vote_probs"]) == config.game.rules.n_players + 1 for r in votes)  # recorded
     one_hot = []
     for r in rows:
         if r["stage"] == "vote":
-            probs = [0.0] * (config.game.n_players + 1)
-            probs[r["vote"] if r["vote"] >= 0 else config.game.n_players] = 1.0
+            probs = [0.0] * (config.game.rules.n_players + 1)
+            probs[r["vote"] if r["vote"] >= 0 else config.game.rules.n_players] = 1.0
             r = {**r, "vote_probs": probs}
         one_hot.append(r)
     performances = [r for r in rows if r["stage"] == "perform"]
@@ -84,7 +84,7 @@ def test_select_samples_trains_performances_on_the_expected_rewards_by_hand(play
     base, rows = played
     config = base.with_overrides(["rae=false", "penalty_advantage=own"])
     game = config.game
-    n = game.n_players
+    n = game.rules.n_players
     by_hand = {}
     for (game_id, _), members in _rounds(rows).items():
         received = np.zeros(n)
@@ -99,7 +99,9 @@ def test_select_samples_trains_performances_on_the_expected_rewards_by_hand(play
                 continue
             s = r["seat"]
             reward = -gap if s == spy else gap / len(civilians) - (received[s] - received[civilians].mean())
-            by_hand[(game_id, s)] = game.weight_perform * reward + game.weight_penalty * r["reward_penalty"]
+            by_hand[(game_id, s)] = (
+                game.rewards.weight_perform * reward + game.rewards.weight_penalty * r["reward_penalty"]
+            )
     samples, _ = SpyRLTrainer.select_samples(fake_trainer(config), rows, "perform")
     got = {(s.row["game_id"], s.row["seat"]): s.advantage for s in samples}
     assert got == pytest.approx({k: by_hand[k] for k in got}, abs=1e-9)

@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 
 from spy_env.stage import Stage  # noqa: E402
 from trainers import SpyRLConfig, SpyRLTrainer  # noqa: E402
+from trainers.advantages import AdvantagePipeline  # noqa: E402
 from trainers.choices import VOTE_GRADIENTS, Choice, VoteGradient, choice_loss, register_vote_gradient  # noqa: E402
 from trainers.groups import (  # noqa: E402
     ADVANTAGE_GROUPINGS,
@@ -21,7 +22,6 @@ from trainers.groups import (  # noqa: E402
     register_advantage_grouping,
 )
 from trainers.loss import AGGREGATIONS, Aggregation, Objective, clipped_policy_loss, register_aggregation  # noqa: E402
-from trainers.samples import stage_advantages  # noqa: E402
 
 # --- the user's file: a loss aggregation --------------------------------------------------------
 
@@ -135,9 +135,8 @@ def test_a_registered_advantage_grouping_normalises_its_groups(tmp_path):
         rows = [{"spy_seat": s, "role": "civilian"} for s in (0, 0, 1, 1)]
         assert advantage_groups(rows, "spy-seat") == [0, 0, 1, 1]
         config = SpyRLConfig.from_dict(dict(detect_advantage_groups="spy-seat", vote_gradient="sampled"))
-        advantages = stage_advantages(
-            rows, [1.0, 0.0, 1.0, 1.0], Stage.VOTE, config.advantages, None, config.game.weight_detect
-        )
+        pipeline = AdvantagePipeline(config.advantages, config.game)
+        advantages, _ = pipeline.estimate(rows, [1.0, 0.0, 1.0, 1.0], advantage_groups(rows, "spy-seat"), Stage.VOTE)
         assert advantages.round(3).tolist() == [1.0, -1.0, 0.0, 0.0]  # (r − mean) / (std + ε) per group
         trained = SpyRLConfig.preset(
             "cpu-smoke", output_dir=str(tmp_path), progress=False, keep_buffers=False, stage_schedule="detect",

@@ -51,7 +51,9 @@ def registered():
 
 def test_a_task_registered_from_outside_is_played_and_checked(registered):
     config = GameConfig(task="haiku", n_players=3)
-    assert config.resolved_degrade == "drop_sentences" and config.resolved_ratio == 0.3  # the task's defaults
+    assert (
+        config.rules.resolved_degrade == "drop_sentences" and config.rules.resolved_ratio == 0.3
+    )  # the task's defaults
     buffer = rollout(config, [HeuristicAgent()] * 3, 2, seed=0)
     performances = [r for r in buffer if r["stage"] == Stage.PERFORM]
     assert performances and all(HAIKU.instruction in r["prompt"][0]["content"] for r in performances)
@@ -60,7 +62,7 @@ def test_a_task_registered_from_outside_is_played_and_checked(registered):
         assert ("too_many_words" in row["violations"]) == long
         assert "no_answer" not in row["violations"]  # the math task's check is not this task's
         if long:
-            assert row["reward_penalty"] == pytest.approx(config.penalty_overlength)
+            assert row["reward_penalty"] == pytest.approx(config.penalties.penalty_overlength)
     assert any("too_many_words" in r["violations"] for r in performances)
 
 
@@ -69,7 +71,7 @@ def test_a_task_must_charge_a_real_penalty_field(registered):
         register_task(Task("bad", "do it", "mask_spans", 0.2, checks=(Check("x", _too_long, "weight_detect"),)))
     register_task(Task("typo", "do it", "mask_spans", 0.2, checks=(Check("x", _too_long, "penalty_nope"),)))
     try:
-        with pytest.raises(ValueError, match=r"GameConfig\.task .*penalty_nope"):
+        with pytest.raises(ValueError, match=r"GameConfig\.rules\.task .*penalty_nope"):
             GameConfig(task="typo")
     finally:
         del TASKS["typo"]

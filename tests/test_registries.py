@@ -27,7 +27,7 @@ from spy_env.config import GameConfig
 from spy_env.stage import Stage
 from trainers import SpyRLConfig
 from trainers.engines import ROLLOUT_ENGINES, RolloutEngine
-from trainers.policies import DecodingConfig, RolloutConfig
+from trainers.policies import DecodingConfig, RolloutConfig, VLLMConfig
 from trainers.samples import PERFORM_REWARDS, AdvantageConfig, register_perform_reward, stage_rewards
 from trainers.update import MINI_BATCH_UNITS, MiniBatchUnit, UpdateConfig, mini_batch_size
 
@@ -197,7 +197,7 @@ def test_the_built_in_strategies_say_what_the_former_comparisons_asked():
     assert colocate.colocated and colocate.syncs_weights and colocate.runs_sharded and colocate.trl_mode == "colocate"
     assert server.remote and server.syncs_weights and not server.colocated and server.trl_mode == "server"
     assert RolloutConfig(generation="vllm-colocate").decodes_each_request
-    assert not RolloutConfig(generation="vllm-colocate", vllm_enable_sleep_mode=True).decodes_each_request
+    assert not RolloutConfig(generation="vllm-colocate", vllm=VLLMConfig(enable_sleep_mode=True)).decodes_each_request
     assert not RolloutConfig(generation="vllm-server").drives_colocated_engine
 
     free, constrained, thinking = (VOTE_MODES[n] for n in ("free", "constrained", "think-then-vote"))

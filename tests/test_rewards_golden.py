@@ -69,7 +69,7 @@ def test_performance_penalties():
     assert game.log[0].performances[0].violations == ("no_answer",)
     assert game.log[0].performances[1].violations == ("verbatim_copy",)
     assert game.log[0].performances[3].violations == ("overlength",)
-    assert len(game.log[0].performances[3].text) == env.config.max_performance_chars
+    assert len(game.log[0].performances[3].text) == env.config.limits.max_performance_chars
 
 
 def test_ties_and_elimination_over_three_rounds():

@@ -123,7 +123,7 @@ def test_length_solves_the_eased_game_and_not_the_matched_one():
 def test_matched_performances_have_one_length_and_one_number_count():
     for settings in (EASED, {"n_players": 5, "degrade": "mask_spans"}, {"n_players": 4, "degrade": "perturb_numbers"}):
         config = GameConfig.from_dict(settings)
-        buffer = Runner(config, run_id="m").run([agents.load("heuristic-matched")] * config.n_players, 12, seed=2)
+        buffer = Runner(config, run_id="m").run([agents.load("heuristic-matched")] * config.rules.n_players, 12, seed=2)
         texts = [r["completion"] for r in buffer if r["stage"] == Stage.PERFORM]
         assert {len(t) for t in texts} == {MATCHED_CHARS}
         assert {len(numbers_in(t)) for t in texts} == {8}

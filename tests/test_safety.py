@@ -704,7 +704,7 @@ def test_a_yaml_alias_bomb_in_the_corpus_is_refused_at_once(tmp_path):
 def test_a_corpus_of_the_wrong_shape_is_refused_by_name(corpus):
     from spy_env.config import GameConfig
 
-    with pytest.raises(ValueError, match=r"GameConfig\.corpus must be"):
+    with pytest.raises(ValueError, match=r"GameConfig\.source\.corpus must be"):
         GameConfig(corpus=corpus)
 
 

@@ -41,7 +41,7 @@ def test_a_bad_setting_is_refused_by_name(text, capsys):
 
 def _threads_after_load(tiny_model_dir, **env) -> int:
     code = (
-        "import torch; from agents.hf import load_pretrained; torch.set_num_threads(7);"
+        "import torch; from agents.pretrained import load_pretrained; torch.set_num_threads(7);"
         f"load_pretrained({str(tiny_model_dir)!r}, dtype='float32', device='cpu'); print(torch.get_num_threads())"
     )
     base = {k: v for k, v in os.environ.items() if k not in ("SPYRL_THREADS", "OMP_NUM_THREADS")}

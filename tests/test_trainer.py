@@ -284,7 +284,6 @@ def test_perform_temperature_samples_and_scores_performances_apart_from_votes(tm
     """``decoding.perform_temperature``: a replayed setup's performances drawn near-greedy are one text per
     seat, the votes on them still draw at ``temperature``, and each stage's update computes its
     log-probs at its own temperature."""
-    import trainers.grpo
     import trainers.models
     import trainers.update
     from trainers.grpo import SpyRLTrainer
@@ -304,7 +303,7 @@ def test_perform_temperature_samples_and_scores_performances_apart_from_votes(tm
     assert texts and all(len(v) == 1 for v in texts.values())  # 4 replays, one text a seat
     assert any(len(v) > 1 for v in votes.values())  # the votes on those same texts still vary
     seen = {}
-    for module in (trainers.update, trainers.grpo, trainers.models):  # the step's, behaviour and reference log-probs
+    for module in (trainers.update, trainers.models):  # the step's and behaviour log-probs, the reference's
         real = module.sequence_logps
 
         def recording(*args, real=real, name=module.__name__, **kwargs):
@@ -317,7 +316,7 @@ def test_perform_temperature_samples_and_scores_performances_apart_from_votes(tm
         seen.clear()
         trainer.update(samples, stage)
         want = 0.02 if stage == "perform" else 1.0
-        assert seen == {m: {want} for m in ("trainers.update", "trainers.grpo", "trainers.models")}, stage
+        assert seen == {m: {want} for m in ("trainers.update", "trainers.models")}, stage
 
 
 def test_a_fixed_llm_performer_samples_as_the_run_decodes_stays_frozen_and_never_trains(tmp_path, monkeypatch):
@@ -378,7 +377,7 @@ def test_forced_vote_tokens_are_never_scored(tmp_path):
 
     def updated(samples):
         trainer.model.load_state_dict(start)
-        trainer.optimizer = torch.optim.AdamW(trainer.model.parameters(), lr=config.update.learning_rate)
+        trainer.updater.optimizer = torch.optim.AdamW(trainer.model.parameters(), lr=config.update.learning_rate)
         trainer.update(list(samples), "detect")
         return {k: v.clone() for k, v in trainer.model.state_dict().items()}
 

@@ -272,7 +272,7 @@ def test_config_validation_and_presets():
     with pytest.raises(ValueError, match="n_players"):
         SpyRLConfig.from_dict(dict(game={"n_players": 1}))
     cfg = SpyRLConfig.preset("cpu-smoke").with_overrides(["learning_rate=0.01", "game.rounds=2"])
-    assert cfg.update.learning_rate == 0.01 and cfg.game.rounds == 2 and cfg.game.n_players == 3
+    assert cfg.update.learning_rate == 0.01 and cfg.game.rules.rounds == 2 and cfg.game.rules.n_players == 3
     with pytest.raises(ValueError, match="unknown"):
         SpyRLConfig.from_dict({"lr": 1})
     assert math.isclose(SpyRLConfig.from_dict(dict(epsilon=0.2, epsilon_high=0.28)).loss.epsilon_upper, 0.28)

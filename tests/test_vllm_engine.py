@@ -31,8 +31,8 @@ from trainers.vllm_engine import (  # noqa: E402
     ColocatedVLLMPolicy,
     VLLMRolloutPolicy,
     actions_from_generation,
-    vllm_generation_kwargs,
 )
+from trainers.vllm_generation import vllm_generation_kwargs  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +110,7 @@ def test_arguments_bind_to_trl_vllm_generation_and_vllm_is_required(tmp_path, ti
         assert engine.max_completion_length == config.decoding.max_completion_tokens == 16
         assert engine.gpu_memory_utilization == 0.25 and engine.temperature == config.decoding.temperature
         assert engine.max_model_length == 9000
-        assert (engine.server_base_url == config.rollout.vllm_server_url) == (generation == "vllm-server")
+        assert (engine.server_base_url == config.rollout.vllm.server_url) == (generation == "vllm-server")
     default = vllm_generation_kwargs(
         _config(tmp_path).rollout, _config(tmp_path).decoding, model, Accelerator(cpu=True), tokenizer
     )["max_model_length"]
@@ -136,7 +136,8 @@ def test_trainer_without_vllm_names_the_install(tmp_path):
      ("vllm_server_url", "localhost:8000"), ("generation", "vllm")],
 )  # fmt: skip
 def test_bad_vllm_settings_name_the_field(tmp_path, field, value):
-    with pytest.raises(ValueError, match=field):
+    """Given by flat name (``vllm_<field>``), named by place: ``SpyRLConfig.rollout.vllm.<field>``."""
+    with pytest.raises(ValueError, match=field.replace("vllm_", r"SpyRLConfig\.rollout\.vllm\.")):
         _config(tmp_path, **{field: value})
 
 

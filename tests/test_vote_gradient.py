@@ -17,10 +17,12 @@ from agents.hf import HFPolicy  # noqa: E402
 from agents.sampling import SamplingParams  # noqa: E402
 from spy_env.stage import Stage  # noqa: E402
 from trainers import SpyRLConfig, SpyRLTrainer  # noqa: E402
+from trainers.advantages import AdvantagePipeline  # noqa: E402
 from trainers.choices import Choice, choice_loss  # noqa: E402
+from trainers.groups import advantage_groups, grouping_of  # noqa: E402
 from trainers.logprobs import sequence_logps  # noqa: E402
 from trainers.loss import LossScale  # noqa: E402
-from trainers.samples import AdvantageConfig, choice_advantages, stage_advantages  # noqa: E402
+from trainers.samples import AdvantageConfig  # noqa: E402
 from trainers.update import MicroBatch, micro_loss  # noqa: E402
 from trainers.votes import ForwardVotes, retained_logps  # noqa: E402
 
@@ -102,18 +104,26 @@ def _batch(rows, config, choices, coefficients):
     )  # fmt: skip
 
 
-def _choice_gradient(logits: torch.Tensor, rows: list[dict], config: SpyRLConfig, stage=Stage.VOTE) -> torch.Tensor:
-    """The trainer's gradient (micro_loss, the advantages of trainers.samples) at the choice logits of ``rows``
+def vote_advantages(rows: list[dict], rewards: list[float], advantages: AdvantageConfig, game=None, moments=None):
+    """The advantages (N,) and choices' weights the trainer's pipeline gives the votes ``rows`` on one process,
+    or, with ``moments``, on one of several processes whose votes' moments add up to those."""
+    total = None if moments is None else (lambda _: list(moments))
+    pipeline = AdvantagePipeline(advantages, game or SpyRLConfig().game, sum_over_processes=total)
+    grouping = advantages.detect_advantage_groups
+    whole_batch = grouping_of(grouping).whole_batch
+    return pipeline.estimate(rows, rewards, advantage_groups(rows, grouping), Stage.VOTE, whole_batch=whole_batch)
+
+
+def _choice_gradient(logits: torch.Tensor, rows: list[dict], config: SpyRLConfig) -> torch.Tensor:
+    """The trainer's gradient (micro_loss, the advantages of trainers.advantages) at the choice logits of ``rows``
     (row j's vote was cast from prompt j % 8)."""
     z = logits.clone().requires_grad_(True)
     logq_by_prompt = torch.log_softmax(z, -1)  # (8, 3)
     n = len(rows)
     rewards = [r["reward_detect"] for r in rows]
-    for row, a in zip(
-        rows, stage_advantages(rows, rewards, stage, config.advantages, None, config.game.weight_detect), strict=True
-    ):
+    advantages, weights = vote_advantages(rows, rewards, config.advantages, config.game)
+    for row, a in zip(rows, advantages, strict=True):
         row["advantage"] = float(a)
-    weights = choice_advantages(rows, stage, config.advantages, config.game.weight_detect)
     choices = [Choice.of(r) for r in rows]
     logq = [logq_by_prompt[j % 8] for j in range(n)]
     logps = torch.stack([logq[j][choices[j].taken] for j in range(n)]).unsqueeze(1)  # (B, 1)
@@ -257,9 +267,9 @@ def test_batch_groups_normalise_over_every_vote_of_the_iteration():
     per-game groups, but do when the iteration's votes are normalised together."""
     rows = [{"game_id": g, "round": 0, "role": "civilian"} for g in (0, 0, 1, 1)]
     rewards = [1.0, 1.0, 0.0, 0.0]
-    per_game = stage_advantages(rows, rewards, Stage.VOTE, AdvantageConfig(detect_advantage_groups="game"), None)
+    per_game, _ = vote_advantages(rows, rewards, AdvantageConfig(detect_advantage_groups="game"))
     assert per_game.tolist() == [0.0, 0.0, 0.0, 0.0]
-    batch = stage_advantages(rows, rewards, Stage.VOTE, AdvantageConfig(detect_advantage_groups="batch"), None)
+    batch, _ = vote_advantages(rows, rewards, AdvantageConfig(detect_advantage_groups="batch"))
     assert batch.round(3).tolist() == [1.0, 1.0, -1.0, -1.0]
 
 
@@ -280,7 +290,8 @@ def test_expected_refuses_a_temperature_its_recorded_probabilities_do_not_have()
 def test_batch_groups_split_over_processes_normalise_like_one_process(vote_gradient):
     """Two processes holding halves of an iteration's votes, given the moments every process adds up
     (``vote_moments`` → ``batch_group_stats``), give each vote the advantage one process gives it."""
-    from trainers.samples import batch_group_stats, stage_rewards, vote_moments
+    from trainers.algorithm import vote_moments
+    from trainers.samples import stage_rewards
 
     config = SpyRLConfig.from_dict(
         dict(detect_advantage_groups="batch", vote_gradient=vote_gradient, vote_mode="constrained")
@@ -293,38 +304,23 @@ def test_batch_groups_split_over_processes_normalise_like_one_process(vote_gradi
             "completion_token_ids": [8 if reward else 7], "vote_probs": [1 - p_spy, p_spy, 0.0],
         })  # fmt: skip
     whole_rewards = stage_rewards(rows, Stage.VOTE, config.advantages, config.game)[0]
-    whole = stage_advantages(rows, whole_rewards, Stage.VOTE, config.advantages, None, config.game.weight_detect)
-    whole_choices = choice_advantages(rows, Stage.VOTE, config.advantages, config.game.weight_detect)
+    whole, whole_choices = vote_advantages(rows, whole_rewards, config.advantages, config.game)
     halves = [rows[:3], rows[3:]]  # the first process's votes mostly right, the second's mostly wrong
     rewards = [stage_rewards(h, Stage.VOTE, config.advantages, config.game)[0] for h in halves]
+    weight = config.game.rewards.weight_detect
     summed = np.sum(
-        [
-            vote_moments(h, r, config.advantages, config.game.weight_detect)
-            for h, r in zip(halves, rewards, strict=True)
-        ],
-        axis=0,
-    )
-    stats = batch_group_stats(summed.tolist())
-    split = np.concatenate(
-        [
-            stage_advantages(h, r, Stage.VOTE, config.advantages, None, config.game.weight_detect, None, stats)
-            for h, r in zip(halves, rewards, strict=True)
-        ]
-    )
-    np.testing.assert_allclose(split, whole, atol=1e-9)
+        [vote_moments(h, r, vote_gradient, weight) for h, r in zip(halves, rewards, strict=True)], axis=0
+    ).tolist()
+    split = [
+        vote_advantages(h, r, config.advantages, config.game, summed) for h, r in zip(halves, rewards, strict=True)
+    ]
+    np.testing.assert_allclose(np.concatenate([a for a, _ in split]), whole, atol=1e-9)
     local = np.concatenate(
-        [
-            stage_advantages(h, r, Stage.VOTE, config.advantages, None, config.game.weight_detect)
-            for h, r in zip(halves, rewards, strict=True)
-        ]
+        [vote_advantages(h, r, config.advantages, config.game)[0] for h, r in zip(halves, rewards, strict=True)]
     )
     assert np.abs(local - whole).max() > 0.3  # each process's own votes alone: another normalisation
     if vote_gradient == "expected":
-        split_choices = [
-            a
-            for h in halves
-            for a in choice_advantages(h, Stage.VOTE, config.advantages, config.game.weight_detect, stats)
-        ]
+        split_choices = [a for _, weights in split for a in weights]
         for a, b in zip(split_choices, whole_choices, strict=True):
             np.testing.assert_allclose(a, b, atol=1e-9)
 
@@ -346,7 +342,6 @@ def test_the_trainers_one_update_path_skips_its_own_forward_only_when_the_rollou
 ):
     """One update path: ``SpyRLTrainer.update`` steps on the kept log-probs (no forward of its own) when a
     forward-vote rollout kept them, and runs its own forward when it did not."""
-    import trainers.grpo
     import trainers.update
 
     config = SpyRLConfig.preset(
@@ -356,9 +351,10 @@ def test_the_trainers_one_update_path_skips_its_own_forward_only_when_the_rollou
     trainer = SpyRLTrainer(config)
     rows, _ = trainer.select_samples(trainer.rollouts(), Stage.VOTE)
     forwards = []
-    for module in (trainers.update, trainers.grpo):
-        original = module.sequence_logps
-        monkeypatch.setattr(module, "sequence_logps", lambda *a, _f=original, **k: forwards.append(1) or _f(*a, **k))
+    original = trainers.update.sequence_logps  # the update's own forwards: behaviour log-probs and the step's
+    monkeypatch.setattr(
+        trainers.update, "sequence_logps", lambda *a, _f=original, **k: forwards.append(1) or _f(*a, **k)
+    )
     params = [p for p in trainer.model.parameters() if p.requires_grad]
     before = [p.detach().clone() for p in params]
     assert trainer.update(rows, Stage.VOTE)["losses/optimizer_steps"] == 1

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from spy_env.stage import Stage
+from trainers.choices import vote_gradient_of
 from trainers.validation import bad, check_section, setting
 
 __all__ = [
@@ -27,12 +28,14 @@ __all__ = [
     "StageConfig",
     "StageController",
     "add_penalties",
+    "batch_group_stats",
     "controller_signals",
     "group_normalized_advantages",
     "group_scaled",
     "moments_stats",
     "role_means",
     "role_reward_sums",
+    "vote_moments",
 ]
 
 # the schedule names of the fixed schedules (configs store them; past parsing a stage is a Stage)
@@ -85,6 +88,32 @@ def moments_stats(moments: Sequence[float]) -> tuple[float, float]:
         return 0.0, 0.0
     mean = total / count
     return float(mean), float(np.sqrt(max(squares / count - mean * mean, 0.0)))
+
+
+def vote_moments(
+    rows: Sequence[Mapping[str, Any]], rewards: Sequence[float], vote_gradient: str, weight_detect: float = 1.0
+) -> list[float]:
+    """``[Σ m1, Σ m2, n]`` of this process's votes: what processes add up so that ``detect_advantage_groups``
+    ``batch`` normalises over the iteration's global votes, not one process's share. ``m1``, ``m2``: a vote's
+    reward and its square (under its recorded choice distribution with ``vote_gradient="expected"``).
+
+    >>> vote_moments([{}, {}], [1.0, 0.0], "sampled")
+    [1.0, 1.0, 2]
+    """
+    gradient = vote_gradient_of(vote_gradient)
+    if gradient.moments is not None:
+        return gradient.moments(rows, weight_detect)
+    r = np.asarray(rewards, dtype=np.float64)
+    return [float(r.sum()), float((r * r).sum()), len(rows)]
+
+
+def batch_group_stats(moments: Sequence[float]) -> dict[Hashable, tuple[float, float]]:
+    """The ``batch`` group's ``(mean, std)`` from :func:`vote_moments` summed over processes.
+
+    >>> batch_group_stats([1.0, 1.0, 4])[0][0]
+    0.25
+    """
+    return {0: moments_stats(moments)}
 
 
 def group_scaled(

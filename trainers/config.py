@@ -17,16 +17,19 @@ Presets (``SpyRLConfig.preset(name, **overrides)``, values in :mod:`trainers.pre
 - ``cpu-smoke``: a tiny random model built on the fly; minutes on CPU.
 
 The configuration is in typed sections, each a frozen dataclass defined beside the code that reads it
-and validated there: ``game`` (:class:`spy_env.GameConfig`), ``model`` (:mod:`trainers.models`),
-``rollout`` and ``decoding`` (:mod:`trainers.policies`), ``update`` (:mod:`trainers.update`), ``loss``
-(:mod:`trainers.loss`), ``advantages`` (:mod:`trainers.samples`), ``stages`` (:mod:`trainers.algorithm`)
-and ``run`` (here). Functions take the section they need; only the trainer's constructor and the CLI
-hold the whole config.
+and validated there: ``game`` (:class:`spy_env.GameConfig`, itself in sections: ``rules``, ``rewards``,
+``penalties``, ``limits``, ``source``), ``model`` (:mod:`trainers.models`), ``rollout`` (with its vLLM
+engine's block, ``rollout.vllm``) and ``decoding`` (:mod:`trainers.policies`), ``update``
+(:mod:`trainers.update`), ``loss`` (:mod:`trainers.loss`), ``advantages`` (:mod:`trainers.samples`),
+``stages`` (:mod:`trainers.algorithm`) and ``run`` (here). Functions take the section they need; only the
+trainer's constructor and the CLI hold the whole config.
 
-Values can also come from a YAML file (``SpyRLConfig.from_yaml``: sections as mappings) and
-``key=value`` overrides (``spyrl train --set loss.epsilon_high=0.28``). A field name alone
-(``learning_rate=1e-5``) also works: no two sections share a field name. Bad values raise
-``ValueError`` naming ``section.field``.
+Values can also come from a YAML file (``SpyRLConfig.from_yaml``: sections as mappings) and ``key=value``
+overrides (``spyrl train --set loss.epsilon_high=0.28``). Every setting also has a flat name, unique in the
+whole config (:mod:`spy_env.sections`): ``game.n_players`` is ``game.rules.n_players``, ``vllm_server_url``
+``rollout.vllm.server_url``, and a trainer setting's flat name alone (``learning_rate=1e-5``) names its
+section. Bad values raise ``ValueError`` naming ``section.field``. ``to_dict`` writes flat names (what run
+configs record); ``to_yaml`` (``--print-config``) writes the sections, each setting after its help.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agents.decoding import ANSWER_MODES
-from spy_env.config import GameConfig, coerce_floats
+from spy_env.config import GameConfig
+from spy_env.sections import build, coerce_floats, flat_fields, flat_name, flat_values, flatten
 from trainers.algorithm import StageConfig
 from trainers.choices import vote_gradient_of
 from trainers.groups import grouping_of
@@ -99,8 +103,8 @@ SECTIONS: dict[str, type] = {
     "stages": StageConfig,
     "run": RunConfig,
 }
-# a field name alone names its trainer section (game fields are always written game.<field>)
-_LEAVES = {f.name: name for name, cls in SECTIONS.items() if name != "game" for f in fields(cls)}
+# a setting's flat name alone names its trainer section (game settings are always written game.<name>)
+_LEAVES = {leaf: name for name, cls in SECTIONS.items() if name != "game" for leaf in flat_fields(cls)}
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,7 @@ class SpyRLConfig:
 
     game: GameConfig = field(
         default_factory=GameConfig,
-        metadata={"help": "The game (spy_env.GameConfig): players, rounds, degradation, corpus."},
+        metadata={"help": "The game (spy_env.GameConfig): rules, rewards, penalties, limits and source."},
     )
     model: ModelConfig = field(
         default_factory=ModelConfig, metadata={"help": "The trained model and which of its weights train."}
@@ -221,19 +225,14 @@ class SpyRLConfig:
     # ------------------------------------------------------------- building
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> SpyRLConfig:
-        """Build from sections as mappings (``{"loss": {"epsilon": 0.2}}``), dotted keys (``"loss.epsilon"``)
-        or field names alone (``"epsilon"``); an unknown key is refused by name."""
-        nested = _nested(values)
+        """Build from sections as mappings (``{"loss": {"epsilon": 0.2}}``), dotted keys (``"loss.epsilon"``,
+        ``"rollout.vllm.server_url"``) or flat names alone (``"epsilon"``, ``"vllm_server_url"``); a section's
+        own sections may be mappings too (``{"game": {"rules": {"n_players": 4}}}``). An unknown key, or a
+        setting given twice, is refused by name."""
         sections = {}
-        for name, given in nested.items():
+        for name, given in _nested(values).items():
             section = SECTIONS[name]
-            if name == "game":
-                sections[name] = GameConfig.from_dict(given)
-                continue
-            known = {f.name for f in fields(section)}
-            if unknown := sorted(set(given) - known):
-                raise ValueError(f"SpyRLConfig.{name}: unknown fields {unknown}; known: {sorted(known)}")
-            sections[name] = section(**coerce_floats(section, given))
+            sections[name] = build(section, coerce_floats(section, given), _where(name))
         return cls(**sections)
 
     @classmethod
@@ -291,6 +290,7 @@ class SpyRLConfig:
             section, name = _place(key)
             if name is None:
                 raise ValueError(f"override {item!r}: set a field of {section!r} ({section}.<field>=value)")
+            name = flat_name(SECTIONS[section], name)
             if (
                 _is_str_field(SECTIONS[section], name)
                 and isinstance(value, list)
@@ -302,7 +302,8 @@ class SpyRLConfig:
 
     # ----------------------------------------------------------- reading out
     def to_dict(self) -> dict[str, Any]:
-        """Every section as a mapping of its fields (JSON-ready; :meth:`from_dict` reads it back)."""
+        """Every section as a mapping of its settings by flat name (JSON-ready; the form run configs record,
+        ``game`` as :meth:`spy_env.GameConfig.to_dict` writes it; :meth:`from_dict` reads it back)."""
         out = self._values()
         out["game"] = self.game.to_dict()
         return out
@@ -311,24 +312,18 @@ class SpyRLConfig:
         """Every section and field with its help as a comment; ``from_yaml`` reads it back to an equal config."""
         import yaml
 
+        values = self.to_dict()
         lines = []
         for f in fields(self):
             lines.append(f"# {f.metadata['help']}")
             lines.append(f"{f.name}:")
-            section = getattr(self, f.name)
-            values = self.to_dict()[f.name]
-            for g in fields(section):
-                lines.append(f"  # {g.metadata.get('help', '')}".rstrip())
-                dumped = yaml.safe_dump({g.name: values[g.name]}, sort_keys=False, allow_unicode=True).rstrip()
-                lines.extend("  " + line for line in dumped.splitlines())
+            lines.extend(_yaml_lines(getattr(self, f.name), values[f.name], "  ", "", yaml.safe_dump))
         return "\n".join(lines) + "\n"
 
     def _values(self) -> dict[str, dict[str, Any]]:
-        """Each section's field values as given (a character limit that only follows the token budget is
-        left out of ``game``, so that it follows a new budget too)."""
-        out = {
-            name: {f.name: getattr(getattr(self, name), f.name) for f in fields(cls)} for name, cls in SECTIONS.items()
-        }
+        """Each section's settings by flat name, as given (a character limit that only follows the token
+        budget is left out of ``game``, so that it follows a new budget too)."""
+        out = {name: flat_values(getattr(self, name)) for name in SECTIONS}
         budget = CHARS_PER_TOKEN * self.decoding.max_completion_tokens
         for key, default in CHAR_LIMITS.items():
             if out["game"][key] == max(default, budget):
@@ -341,8 +336,8 @@ def _budgeted(game: GameConfig, max_completion_tokens: int) -> GameConfig:
     (``CHARS_PER_TOKEN`` per token): a reply the model may write is not cut. A limit set to any other
     value stays as set."""
     budget = CHARS_PER_TOKEN * max_completion_tokens
-    raised = {k: max(v, budget) for k, v in CHAR_LIMITS.items() if getattr(game, k) == v}
-    return replace(game, **raised) if any(getattr(game, k) != v for k, v in raised.items()) else game
+    raised = {k: max(v, budget) for k, v in CHAR_LIMITS.items() if getattr(game.limits, k) == v}
+    return replace(game, **raised) if any(getattr(game.limits, k) != v for k, v in raised.items()) else game
 
 
 def _place(key: str) -> tuple[str, str | None]:
@@ -372,14 +367,34 @@ def _nested(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for key, value in values.items():
         section, name = _place(key)
-        if name is None:
-            if not isinstance(value, Mapping):
-                raise ValueError(f"SpyRLConfig.{section} must be a mapping of its fields, got {value!r}")
-            out[section] = {**out.get(section, {}), **value}
-        else:
-            out[section] = {**out.get(section, {}), name: value}
+        if name is None and not isinstance(value, Mapping):
+            raise ValueError(f"SpyRLConfig.{section} must be a mapping of its fields, got {value!r}")
+        given = flatten(SECTIONS[section], value if name is None else {name: value}, _where(section))
+        out[section] = {**out.get(section, {}), **given}
     return out
 
 
+def _where(section: str) -> str:
+    """How errors name a section: the game by its own class (its settings are ``GameConfig.<section>.<name>``)."""
+    return "GameConfig" if section == "game" else f"SpyRLConfig.{section}"
+
+
+def _yaml_lines(section: Any, values: Mapping[str, Any], indent: str, prefix: str, dump: Any) -> list[str]:
+    """``section``'s fields, each after its help as a comment, a section it holds as a block of its own
+    (``values``: the settings by flat name; ``prefix``: that of the flat names of ``section``'s fields)."""
+    lines = []
+    for f in fields(section):
+        lines.append(f"{indent}# {f.metadata.get('help', '')}".rstrip())
+        if "section" in f.metadata:
+            lines.append(f"{indent}{f.name}:")
+            held = getattr(section, f.name)
+            lines.extend(_yaml_lines(held, values, indent + "  ", prefix + f.metadata["prefix"], dump))
+            continue
+        dumped = dump({f.name: values[prefix + f.name]}, sort_keys=False, allow_unicode=True).rstrip()
+        lines.extend(indent + line for line in dumped.splitlines())
+    return lines
+
+
 def _is_str_field(cls: type, name: str) -> bool:
-    return any(f.name == name and f.type in ("str", str) for f in fields(cls))
+    held = flat_fields(cls).get(name)
+    return held is not None and held[1].type in ("str", str)

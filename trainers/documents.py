@@ -21,7 +21,9 @@ def training_documents(
     document is never played in training, whatever the run); raises ``ValueError`` naming the field
     when a split is empty but needed."""
     documents = load_corpus(
-        game.corpus, CorpusFilter(truncate=game.max_document_chars), max_documents=game.max_documents
+        game.source.corpus,
+        CorpusFilter(truncate=game.limits.max_document_chars),
+        max_documents=game.source.max_documents,
     )
     train, heldout = split_documents(documents, heldout_fraction)
     if not train:

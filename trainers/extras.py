@@ -33,7 +33,7 @@ def training_extras(config: ModelConfig, report_to: Sequence[str] = (), *, plots
     ``plots`` adds the curves' matplotlib.
 
     vLLM and TRL are not listed: a vLLM ``generation`` checks them itself when the trainer builds its
-    engine (:func:`trainers.vllm_engine.make_vllm_generation`, also before the first iteration), where a
+    engine (:func:`trainers.vllm_generation.make_vllm_generation`, also before the first iteration), where a
     test can stand in for the engine."""
     needs = [
         Extra("torch", TRAIN, "training"),

@@ -3,7 +3,7 @@
 A grouping names each vote row's group: ``game`` (the voters of one game's round, the paper's Eq. 5),
 ``prompt`` (one seat's vote across the replayed games of a setup) or ``batch`` (every vote of the iteration,
 over every process). :func:`register_advantage_grouping` adds one; ``SpyRLConfig`` accepts its name
-(``advantages.detect_advantage_groups``) and :mod:`trainers.samples` normalises each group's rewards.
+(``advantages.detect_advantage_groups``) and :mod:`trainers.advantages` normalises each group's rewards.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ class AdvantageGrouping:
     """A ``detect_advantage_groups``: which votes are normalised together (Eq. 5's group).
 
     ``key(row)``: the group of a vote's row. ``whole_batch``: one group over every process's votes, so
-    on several processes the trainer sums their moments first (:func:`global_group_stats`).
+    on several processes the pipeline sums their moments first
+    (:meth:`trainers.advantages.AdvantagePipeline.estimate`).
     ``needs_replayed_setups``: the groups are only larger than one vote when games replay one setup
     (``replay_setup`` and ``games_per_document`` ≥ 2).
     """
@@ -65,7 +66,8 @@ def advantage_groups(rows: Sequence[Mapping[str, Any]], by: str) -> list[Hashabl
     """Each row's normalisation group under the grouping ``by``: ``"game"``, its game's round (the
     voters of Eq. 5); ``"prompt"``, its seat and round across the replayed games of its group (same
     document, spy and masks); ``"batch"``: one group, every row (on several processes every
-    process's rows: the trainer passes the group's global mean and std, :func:`global_group_stats`).
+    process's rows: the pipeline passes the group's global mean and std,
+    :meth:`trainers.advantages.AdvantagePipeline.estimate`).
 
     >>> rows = [{"game_id": 4, "group_id": 1, "seat": 2, "round": 0}]
     >>> advantage_groups(rows, "game"), advantage_groups(rows, "prompt"), advantage_groups(rows, "batch")

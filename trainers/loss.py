@@ -37,6 +37,7 @@ from typing import ClassVar, Literal
 import torch
 
 from agents.registry import Registry
+from trainers.choices import Choice, vote_gradient_of
 from trainers.validation import bad, check_choice, check_section, setting
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "LossOutput",
     "LossScale",
     "Objective",
+    "choice_terms",
     "clipped_policy_loss",
     "loss_items",
     "register_aggregation",
@@ -197,6 +199,31 @@ class LossOutput:
     kl: float  # masked mean of the (possibly weighted) k3 term
     clip_fraction: float  # share of masked tokens/sequences whose ratio was clipped
     ratio_mean: float
+
+
+def choice_terms(
+    choice_logps: Sequence[torch.Tensor | None],
+    choices: Sequence[Choice | None],
+    coefficients: Sequence[torch.Tensor | None],
+    old_choices: Sequence[torch.Tensor | None],
+    objective: Objective,
+    logps: torch.Tensor,
+) -> ChoiceTerms | None:
+    """``vote_gradient`` expected/supervised: each vote's loss at its choice token (B,) and where that
+    token is (B, T), from its current (C,) ``choice_logps``, its ``coefficients`` and its behaviour
+    ``old_choices`` (None: on-policy, the current ones); None when every row trains by its sampled choice."""
+    loss = vote_gradient_of(objective.vote_gradient).loss
+    if loss is None or not any(c is not None for c in coefficients):  # the sampled choice: a token as any
+        return None
+    losses, at = [], torch.zeros_like(logps, dtype=torch.float32)  # (B, T)
+    for k, (choice, logq, weights) in enumerate(zip(choices, choice_logps, coefficients, strict=True)):
+        if choice is None or logq is None or weights is None:
+            losses.append(torch.zeros((), dtype=torch.float32, device=logps.device))
+            continue
+        old = old_choices[k] if old_choices and old_choices[k] is not None else logq.detach()
+        losses.append(loss(logq, old.to(logq), weights.to(logq), objective.epsilon_low, objective.epsilon_high))
+        at[k, choice.step] = 1.0
+    return ChoiceTerms(torch.stack([x.float() for x in losses]), at)
 
 
 def loss_items(scored: Sequence[torch.Tensor], level: str) -> int:

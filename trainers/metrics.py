@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ from trainers.samples import Sample
 
 __all__ = [
     "TrainingProgress",
+    "UpdateTotals",
     "chart_metrics",
     "iteration_metrics",
     "length_metrics",
@@ -83,6 +85,40 @@ def sample_stats(samples: Sequence[Sample], skipped: Mapping[str, int]) -> dict[
     stats["advantages/mean"] = float(np.mean(trained))
     stats["advantages/std"] = float(np.std(trained))
     return stats
+
+
+@dataclass
+class UpdateTotals:
+    """Running sums of an update's micro-batch statistics, reported as ``losses/*`` means."""
+
+    sums: dict[str, float] = field(
+        default_factory=lambda: {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "ratio": 0.0, "entropy": 0.0}
+    )
+    grad_norm: float | None = None  # summed over optimizer steps that reported one
+    micro_steps: int = 0
+    optimizer_steps: int = 0
+    tokens: int = 0
+
+    def add_micro_step(self, stats: dict[str, float]) -> None:
+        self.micro_steps += 1
+        self.tokens += int(stats["tokens"])
+        for key, value in stats.items():
+            if key != "tokens":
+                self.sums[key] += value
+
+    def add_optimizer_step(self, grad_norm: Any | None) -> None:
+        """``grad_norm``: what gradient clipping reported (None: no clipping, or DeepSpeed's engine clipped)."""
+        if grad_norm is not None:
+            self.grad_norm = (self.grad_norm or 0.0) + float(grad_norm)
+        self.optimizer_steps += 1
+
+    def metrics(self) -> dict[str, float]:
+        out = {f"losses/{k}": v / max(self.micro_steps, 1) for k, v in self.sums.items()}
+        if self.grad_norm is not None:
+            out["losses/grad_norm"] = self.grad_norm / max(self.optimizer_steps, 1)
+        out["losses/optimizer_steps"] = self.optimizer_steps
+        out["perf/update_tokens"] = self.tokens
+        return out
 
 
 def chart_metrics(scheduler: Any, controller: StageController, rae: RAEBaselines) -> dict[str, float]:

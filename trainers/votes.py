@@ -13,14 +13,14 @@ recorded as NaN.
 With ``keep_graphs`` (the trainer turns it on when the iteration's only update is on-policy: one
 mini-batch, one epoch, no KL, one process) the forward runs with gradients and each vote's choice
 log-probs stay attached to their graph in :attr:`ForwardVotes.retained`; the update then reads the
-current log-probs from there instead of running a second prefill (``SpyRLTrainer.update``).
+current log-probs from there instead of running a second prefill (:meth:`trainers.update.Updater.fit`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -30,10 +30,7 @@ from agents.prefix_cache import grouped_logits, prefix_groups
 from agents.tensors import left_pad
 from spy_env.policy import Action, Observation
 
-if TYPE_CHECKING:
-    from trainers.update import UpdateConfig
-
-__all__ = ["ForwardVotes", "one_update", "release_retained", "retained_for_update", "retained_logps"]
+__all__ = ["ForwardVotes", "release_retained", "retained_for_update", "retained_logps"]
 
 
 class ForwardVotes:
@@ -210,24 +207,21 @@ def retained_logps(
 
 
 def release_retained(policy: object) -> None:
-    """Drop the graphs a :class:`ForwardVotes` rollout kept: once the iteration's update ran, they are spent."""
+    """Drop the graphs a :class:`ForwardVotes` rollout kept: once the iteration's update holds what it needs
+    of them, they are spent."""
     if isinstance(policy, ForwardVotes):
         policy.retained.clear()
-
-
-def one_update(config: UpdateConfig, documents: int, beta: float, distributed: bool) -> bool:
-    """Whether each iteration (of ``documents`` documents) makes exactly one on-policy optimizer step
-    needing no other forward pass (one mini-batch, one epoch, no KL reference: ``beta`` 0, one process:
-    DDP syncs gradients in its own forward)."""
-    one = config.updates_per_iteration == 1 or config.unit.updates(documents, config.mini_batch_size) == 1
-    return one and config.epochs == 1 and not beta and not distributed
 
 
 def retained_for_update(policy: object, samples: Any, size: int, single: bool) -> tuple | None:
     """``(logps, mask, choice_logps)`` of every sample from a :class:`ForwardVotes` rollout's kept graphs,
     when this iteration's update is one on-policy optimizer step over all of them (``single``:
-    :func:`one_update`; ``size``: the mini-batch); None when it is not, or a row was not kept (the
-    update then runs its own forward). The trainer's one update path takes either."""
-    if not single or not isinstance(policy, ForwardVotes) or not policy.retained or size < len(samples.rows):
-        return None
-    return retained_logps(policy, samples.rows, samples.completions, samples.choices)
+    :attr:`trainers.update.Updater.one_step`; ``size``: the mini-batch); None when it is not, or a row was not
+    kept (the update then runs its own forward). The rollout's kept graphs are released either way: the
+    update holds what it takes of them. The trainer's one update path takes either."""
+    kept = None
+    rows = samples.rows
+    if single and isinstance(policy, ForwardVotes) and policy.retained and rows and size >= len(rows):
+        kept = retained_logps(policy, rows, samples.completions, samples.choices)
+    release_retained(policy)
+    return kept

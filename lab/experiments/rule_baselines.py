@@ -99,7 +99,9 @@ def settings(train_games: int, baseline_games: int) -> list[Setting]:
     config = preset()
     eased = config.game
     train, heldout = training_documents(eased, config.run.heldout_fraction, 1)
-    default = GameConfig.from_dict({"n_players": 5, "degrade": "mask_spans", "train_spy_vote": eased.train_spy_vote})
+    default = GameConfig.from_dict(
+        {"n_players": 5, "degrade": "mask_spans", "train_spy_vote": eased.rules.train_spy_vote}
+    )
     out = [
         Setting("eased-heldout", "lab/RESULTS.md 'Does it learn?' (vote_gradients.json, results.json)",
                 eased, heldout, 32, HELDOUT_SEED, config.rollout.performer),
@@ -109,10 +111,10 @@ def settings(train_games: int, baseline_games: int) -> list[Setting]:
                 default, training_documents(default, config.run.heldout_fraction, 1)[1], 32, HELDOUT_SEED,
                 config.rollout.performer),
         Setting("default-600-heldout", "lab/results/default_game.md (attempt 3's training game, held out)",
-                replace(default, max_document_chars=eased.max_document_chars), heldout, 32, HELDOUT_SEED,
+                replace(default, max_document_chars=eased.limits.max_document_chars), heldout, 32, HELDOUT_SEED,
                 config.rollout.performer),
         Setting("blank-600-heldout", "lab/results/selfplay.md attempt 3 (5 players, blank, 600 characters, held out)",
-                replace(default, degrade="blank", max_document_chars=eased.max_document_chars), heldout, 32,
+                replace(default, degrade="blank", max_document_chars=eased.limits.max_document_chars), heldout, 32,
                 HELDOUT_SEED, config.rollout.performer),
         Setting("tuning-validation", "lab/results/TUNING.md (smollm2_tune.py validation games)",
                 eased, train[:TUNING_DOCS], TUNING_GAMES, TUNING_SEED, config.rollout.performer),
@@ -137,7 +139,9 @@ def settings(train_games: int, baseline_games: int) -> list[Setting]:
 def _all_documents(config: GameConfig) -> list[Any]:
     from spy_env.corpus import CorpusFilter, load_corpus
 
-    return load_corpus(config.corpus, CorpusFilter(truncate=config.max_document_chars), max_documents=None)
+    return load_corpus(
+        config.source.corpus, CorpusFilter(truncate=config.limits.max_document_chars), max_documents=None
+    )
 
 
 def play(setting: Setting, voter: str) -> tuple[list[dict[str, Any]], list[float]]:
@@ -145,7 +149,7 @@ def play(setting: Setting, voter: str) -> tuple[list[dict[str, Any]], list[float
     was strictly the shortest."""
     seat = StagePolicy(agents.load(voter, seed=0), performer=agents.load(setting.performer, seed=0))
     buffer, games = evaluate_heldout(
-        [seat] * setting.config.n_players, setting.config, setting.documents, setting.games, seed=setting.seed
+        [seat] * setting.config.rules.n_players, setting.config, setting.documents, setting.games, seed=setting.seed
     )
     lengths: dict[int, dict[int, int]] = {}
     for row in buffer:
@@ -180,7 +184,7 @@ REFERENCES = {
 
 
 def run_setting(setting: Setting) -> dict[str, Any]:
-    chance = 1 / (setting.config.n_players - 1)
+    chance = 1 / (setting.config.rules.n_players - 1)
     out: dict[str, Any] = {
         "used_by": setting.used_by,
         "game": {
@@ -275,7 +279,11 @@ def base_model(settings_by_name: dict[str, Setting], names: list[str]) -> dict[s
                 replace(trainer.config.rollout, performer=setting.performer), trainer.config.run.seed, policy
             )
             _, games = evaluate_heldout(
-                [seat] * setting.config.n_players, setting.config, setting.documents, setting.games, seed=setting.seed
+                [seat] * setting.config.rules.n_players,
+                setting.config,
+                setting.documents,
+                setting.games,
+                seed=setting.seed,
             )
             out[name] = {m: interval([g[m] for g in games]) for m in ("detection_accuracy", "expected_accuracy")}
     return out
@@ -317,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     by_name = {s.name: s for s in settings(args.train_games, args.baseline_games)}
     model_on = [s.strip() for s in args.base_model.split(",") if s.strip()]
-    eased = sorted(name for name, setting in by_name.items() if setting.config.n_players == 3)
+    eased = sorted(name for name, setting in by_name.items() if setting.config.rules.n_players == 3)
     if any(name not in eased for name in model_on):
         return user_error(f"--base-model takes eased settings among {eased}, got {args.base_model!r}")
     start = time.perf_counter()

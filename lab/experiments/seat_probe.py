@@ -114,14 +114,14 @@ def vote_observation(host: Any, game: dict[str, Any], voter: int, shows: dict[in
     """``voter``'s first vote observation in ``game`` replayed with seat ``s`` showing seat ``shows[s]``'s text."""
     texts = game["texts"]
     host.new_game(game["reset"]["seed"], game["reset"]["options"])
-    for seat in range(host.config.n_players):
+    for seat in range(host.config.rules.n_players):
         host.step_seat(seat, texts[shows.get(seat, seat)])
     return host.observe(voter)
 
 
 def vote_table(policy: Any, host: Any, game: dict[str, Any], voter: int) -> tuple[np.ndarray, list[dict[int, int]]]:
     """The voter's probability on each seat (columns) under each rotation (rows), and the rotations."""
-    n = host.config.n_players
+    n = host.config.rules.n_players
     turns = rotations(voter, n)
     actions = policy.act([vote_observation(host, game, voter, shows) for shows in turns])
     table = np.zeros((len(turns), n))
@@ -167,7 +167,7 @@ def probe_model(policy: Any, host: Any, games: list[dict[str, Any]]) -> dict[str
                 lean.setdefault(seat, []).append(p)
     out: dict[str, Any] = {m: bootstrap(values).to_dict() for m, values in per_game.items()}
     out["per_game"] = per_game
-    out["seat_lean"] = [float(np.mean(lean[s])) if s in lean else math.nan for s in range(host.config.n_players)]
+    out["seat_lean"] = [float(np.mean(lean[s])) if s in lean else math.nan for s in range(host.config.rules.n_players)]
     return out
 
 

@@ -164,7 +164,7 @@ def evaluate(trainer: SpyRLTrainer, panel: Any, args: argparse.Namespace) -> dic
     replay = Replay([item["completion"] for item in spy])
     panel_items = run_leaderboard("spy", replay, limit=args.spy_games, detector=panel)["results"]["spy-v1"]["items"]
     config = trainer.config.with_overrides(["performer=heuristic", "voter=self", "civilians=self"])
-    seats = [seat_policy(config.rollout, config.run.seed, greedy)] * trainer.config.game.n_players
+    seats = [seat_policy(config.rollout, config.run.seed, greedy)] * trainer.config.game.rules.n_players
     detect = evaluate_heldout(seats, trainer.config.game, trainer.eval_documents, args.detect_games, seed=args.seed)
     detect_v1 = run_leaderboard("detect", greedy, limit=args.leaderboard_games)["results"]["detect-v1"]["items"]
     return {"spy": spy, "panel": panel_items, "detect": detect[1], "detect_v1": detect_v1}
@@ -206,7 +206,7 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
         "model": config.model.name_or_path,
         "games": len({r["game_id"] for r in rows}),
         "civilian_votes": len(votes),
-        "chance": 1 / (config.game.n_players - 1),
+        "chance": 1 / (config.game.rules.n_players - 1),
         "model_sampled": bootstrap([float(r["vote"] == r["spy_seat"]) for r in votes]).to_dict(),
         "model_expected": bootstrap(expected).to_dict(),
         "rules": {name: bootstrap(played_shares(rows, rule)).to_dict() for name, rule in RULES.items()},

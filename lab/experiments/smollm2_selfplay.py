@@ -57,7 +57,7 @@ def evaluate(trainer: SpyRLTrainer, games: int, seed: int, config: GameConfig | 
     trainer.model.eval()
     config = config or trainer.config.game
     seat = seat_policy(trainer.config.rollout, trainer.config.run.seed, greedy_policy(trainer))
-    _, per_game = evaluate_heldout([seat] * config.n_players, config, trainer.eval_documents, games, seed=seed)
+    _, per_game = evaluate_heldout([seat] * config.rules.n_players, config, trainer.eval_documents, games, seed=seed)
     return per_game
 
 
@@ -71,7 +71,7 @@ def run_row(name: str, args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     trainer = SpyRLTrainer(config)
     default = GameConfig.from_dict(
-        {"n_players": 5, "degrade": "mask_spans", "train_spy_vote": config.game.train_spy_vote}
+        {"n_players": 5, "degrade": "mask_spans", "train_spy_vote": config.game.rules.train_spy_vote}
     )
     logging.info("[%s] base model: %d held-out documents, %d games", name, len(trainer.eval_documents), args.eval_games)
     evaluations = [{"iteration": 0, "games": evaluate(trainer, args.eval_games, args.seed)}]

@@ -102,7 +102,7 @@ def run(a: argparse.Namespace) -> int:
     def evaluate() -> list[dict]:
         trainer.model.eval()
         seat = seat_policy(trainer.config.rollout, trainer.config.run.seed, greedy_policy(trainer))
-        seats = [seat] * trainer.config.game.n_players
+        seats = [seat] * trainer.config.game.rules.n_players
         return evaluate_heldout(seats, trainer.config.game, validation, a.val_games, seed=a.val_seed)[1]
 
     cache = Path(a.base_cache) if a.base_cache else None

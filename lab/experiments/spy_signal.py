@@ -66,7 +66,7 @@ def spy_signals(rows: Sequence[Mapping[str, Any]], game: GameConfig) -> list[dic
         if row["round"] == 0:
             games.setdefault((row.get("run_id"), row["game_id"]), []).append(row)
     env = parallel_env(replace(game, rounds=1))
-    n = game.n_players
+    n = game.rules.n_players
     out = []
     for members in games.values():
         performances = sorted((r for r in members if r["stage"] == Stage.PERFORM), key=lambda r: r["seat"])

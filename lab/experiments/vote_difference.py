@@ -35,7 +35,9 @@ from spy_env.stage import Stage
 from trainers import SpyRLConfig, SpyRLTrainer
 from trainers.algorithm import group_normalized_advantages
 from trainers.choices import Choice
-from trainers.update import TrainingSamples, UpdateTotals
+from trainers.loss import loss_items
+from trainers.metrics import UpdateTotals
+from trainers.update import TrainingSamples
 
 ATTEMPT3 = {  # the smollm2-selfplay preset of attempt 3 (lab/results/TUNING.md)
     "documents_per_iteration": 8, "games_per_document": 2, "updates_per_iteration": 4, "forward_votes": False,
@@ -115,7 +117,10 @@ def one_old_step(trainer, config, selected, choices, logits) -> dict[str, float]
     rows = samples.rows
     samples.choices = [None] * len(rows)  # the old path: whole-vocabulary log-probs
     trainer.model.train()
-    trainer._optimizer_step(samples, list(range(8)), "action", config.decoding.temperature, UpdateTotals())
+    mini, budget = list(range(8)), config.decoding.max_completion_tokens
+    objective = config.loss.objective("action", budget, config.advantages.vote_gradient)
+    items = loss_items([samples.scored[i] for i in mini], "action")
+    trainer.updater._optimizer_step(samples, mini, objective, items, config.decoding.temperature, UpdateTotals())
     trainer.model.eval()
     after = choice_logits(trainer, rows)
     moves = []

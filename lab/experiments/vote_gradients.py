@@ -69,9 +69,9 @@ def evaluate(trainer: SpyRLTrainer, games: int, seed: int, config: GameConfig | 
     policy = learner_policy(
         trainer.config.decoding, trainer.config.rollout, trainer.unwrapped, trainer.tokenizer, greedy=True
     )
-    seats = [seat_policy(trainer.config.rollout, trainer.config.run.seed, policy)] * config.n_players
+    seats = [seat_policy(trainer.config.rollout, trainer.config.run.seed, policy)] * config.rules.n_players
     documents = trainer.eval_documents
-    if config.max_document_chars != trainer.config.game.max_document_chars:
+    if config.limits.max_document_chars != trainer.config.game.limits.max_document_chars:
         # the same held-out documents, truncated as this game truncates them (full ones in the default game)
         documents = training_documents(config, trainer.config.run.heldout_fraction, 1)[1]
     return evaluate_heldout(seats, config, documents, games, seed=seed)[1]
@@ -155,7 +155,12 @@ def default_setting(game: GameConfig) -> GameConfig:
     """The default game (5 players, ``mask_spans``, full documents) on the same corpus as ``game``, its
     prompts as ``game``'s (the layout the model was trained with)."""
     return GameConfig.from_dict(
-        {"n_players": 5, "degrade": "mask_spans", "train_spy_vote": game.train_spy_vote, "prompts": dict(game.prompts)}
+        {
+            "n_players": 5,
+            "degrade": "mask_spans",
+            "train_spy_vote": game.rules.train_spy_vote,
+            "prompts": dict(game.rules.prompts),
+        }
     )
 
 

@@ -380,9 +380,13 @@ def test_the_vote_prompt_option_sets_the_layout_of_training_and_of_the_default_s
     for layout, prompts in (("own-first", {"vote": VOTE_OWN_FIRST}), ("default", {})):
         args = vote_gradients.parser().parse_args(["--vote-prompt", layout, "--set", "game.n_players=5"])
         config = vote_gradients.row_config("supervised", args, 3)
-        assert dict(config.game.prompts) == prompts and config.game.n_players == 5
+        assert dict(config.game.rules.prompts) == prompts and config.game.rules.n_players == 5
         default = vote_gradients.default_setting(config.game)
-        assert (default.n_players, default.degrade, dict(default.prompts)) == (5, "mask_spans", prompts)
+        assert (default.rules.n_players, default.rules.degrade, dict(default.rules.prompts)) == (
+            5,
+            "mask_spans",
+            prompts,
+        )
     with pytest.raises(SystemExit):
         vote_gradients.parser().parse_args(["--vote-prompt", "nope"])
 
@@ -401,7 +405,7 @@ def test_the_fit_check_fits_fixed_votes_on_documents_its_check_votes_never_share
 
     module = experiment_module("vote_fit")
     fit_config, check_config = module.game_configs("default", 2 / 3)
-    fit_ids, check_ids = {d.id for d in fit_config.corpus}, {d.id for d in check_config.corpus}
+    fit_ids, check_ids = {d.id for d in fit_config.source.corpus}, {d.id for d in check_config.source.corpus}
     train, heldout = training_documents(GameConfig.from_dict(module.SETTINGS["default"]), 0.2, 0)
     assert fit_ids and check_ids and not fit_ids & check_ids
     assert fit_ids | check_ids == {d.id for d in train} and not (fit_ids | check_ids) & {d.id for d in heldout}
@@ -442,7 +446,14 @@ def test_the_fit_check_fits_fixed_votes_on_documents_its_check_votes_never_share
     assert stopped["epochs"][1]["votes_seen"] == one_step and [c["votes"] for c in stopped["curve"]] == [one_step]
     assert 0 <= stopped["curve"][0]["check"]["expected"]["mean"] <= 1 and not result["stopped_early"]
     png = tmp_path / "curves.png"  # lab/experiments/vote_fit_plot.py draws both runs' points, the curve's included
-    plot = [sys.executable, "lab/experiments/vote_fit_plot.py", str(out), str(tmp_path / "short.json"), "--out", str(png)]
+    plot = [
+        sys.executable,
+        "lab/experiments/vote_fit_plot.py",
+        str(out),
+        str(tmp_path / "short.json"),
+        "--out",
+        str(png),
+    ]
     subprocess.run(plot, check=True, capture_output=True, timeout=600, cwd=ROOT)
     assert png.read_bytes().startswith(b"\x89PNG")
     drawn = [(votes, minutes) for votes, minutes, _ in experiment_module("vote_fit_plot").points(stopped)]
@@ -469,10 +480,14 @@ def test_every_selfplay_stages_row_is_a_valid_config_and_spy_clean_charges_a_pas
     args = argparse.Namespace(runs="runs/x", iterations=2, quick=False, set=[], init_model=None)
     configs = {name: selfplay_stages.row_config(name, args) for name in selfplay_stages.ROWS}
     for config in configs.values():
-        assert (config.game.n_players, config.game.degrade, config.game.max_document_chars) == (5, "mask_spans", 600)
+        assert (config.game.rules.n_players, config.game.rules.degrade, config.game.limits.max_document_chars) == (
+            5,
+            "mask_spans",
+            600,
+        )
     soft, clean = configs["spy-soft"], configs["spy-clean"]
-    assert soft.game.penalty_copy == -0.5 and clean.game.penalty_copy == -5.0
+    assert soft.game.penalties.penalty_copy == -0.5 and clean.game.penalties.penalty_copy == -5.0
     assert clean.rollout.civilians == soft.rollout.civilians == "heuristic-soft"
     caught = performing_rewards([4, 0, 0, 0, 1], 0, [True] * 5)[0]  # every civilian votes the spy, it votes seat 5
     spared = performing_rewards([0, 2, 1, 1, 1], 0, [True] * 5)[0]  # no vote on the spy, every vote on civilians
-    assert (caught, spared) == (-3.75, 1.25) and clean.game.penalty_copy <= caught - spared
+    assert (caught, spared) == (-3.75, 1.25) and clean.game.penalties.penalty_copy <= caught - spared

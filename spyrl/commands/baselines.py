@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         runner = Runner(config)
         for spec in specs:
             policy = agents.load(spec, seed=args.seed)
-            buffer = runner.run([policy] * config.n_players, args.games, seed=args.seed)
+            buffer = runner.run([policy] * config.rules.n_players, args.games, seed=args.seed)
             m = game_metrics(buffer)
             rules = {name: played_shares(buffer, rule) for name, rule in RULES.items()}
             rules = {name: sum(shares) / len(shares) for name, shares in rules.items() if shares}

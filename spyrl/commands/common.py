@@ -171,7 +171,7 @@ def game_config(args: argparse.Namespace) -> GameConfig:
         return config
     train, heldout = split_documents(list(game_documents(config)))
     chosen = heldout if args.documents == "heldout" else train
-    if len(chosen) < (2 if needs_neighbors(config.resolved_degrade) else 1):
+    if len(chosen) < (2 if needs_neighbors(config.rules.resolved_degrade) else 1):
         raise ValueError(f"--documents {args.documents} leaves {len(chosen)} document(s) of --corpus {args.corpus}")
     return dataclasses.replace(config, corpus=tuple(chosen), max_documents=None)
 

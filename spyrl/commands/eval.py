@@ -128,7 +128,7 @@ def _eval_alignment(args: argparse.Namespace, policy: Any) -> int:
         raise ValueError("--alignment needs --judge SPEC (the agent that ranks performances)")
     judge = load_agent(args.judge, args)
     runner = Runner(game_config(args))
-    buffer = runner.run([policy] * runner.config.n_players, args.games, seed=args.seed, progress=True)
+    buffer = runner.run([policy] * runner.config.rules.n_players, args.games, seed=args.seed, progress=True)
     documents = {doc.id: doc.text for doc in runner.documents}
     result = reward_alignment(buffer, documents, judge)
     echo(result.summary())

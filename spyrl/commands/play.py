@@ -27,12 +27,12 @@ def run(args: argparse.Namespace) -> int:
     config = game_config(args)
     if args.out:
         check_output(args.out, overwrite=args.overwrite, suffixes=BUFFER_SUFFIXES)
-    policies = seat_policies(args, config.n_players)
+    policies = seat_policies(args, config.rules.n_players)
     runner = Runner(config, keep_games=True)
     buffer = runner.run(policies, 1, seed=args.seed, progress=True)
     game = runner.games[0]
     console.print(transcript(game, full=args.full))
-    console.print(results_table(buffer.rows, config.n_players))
+    console.print(results_table(buffer.rows, config.rules.n_players))
     if args.out:
         buffer.save(args.out)
         console.print(f"episode buffer written to {markup_safe(args.out)}")

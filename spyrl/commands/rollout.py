@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"{flag} must be at least 1, got {count}")
     config = game_config(args)
     path = check_output(args.out, overwrite=args.overwrite, suffixes=BUFFER_SUFFIXES)
-    policies = seat_policies(args, config.n_players)
+    policies = seat_policies(args, config.rules.n_players)
     runner = Runner(
         config, games_per_document=args.games_per_document, replay_setup=args.replay_setup, spy_seats=args.spy_seats
     )

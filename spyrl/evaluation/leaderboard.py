@@ -144,8 +144,8 @@ def _sha256(text: str) -> str:
 
 def heldout_documents(config: GameConfig, fraction: float = HELDOUT_FRACTION) -> list[Document]:
     """The held-out split of the config's corpus (what no preset trains on), in corpus order."""
-    filt = CorpusFilter(truncate=config.max_document_chars)
-    documents = load_corpus(config.corpus, filt, max_documents=config.max_documents)
+    filt = CorpusFilter(truncate=config.limits.max_document_chars)
+    documents = load_corpus(config.source.corpus, filt, max_documents=config.source.max_documents)
     return split_documents(documents, fraction)[1]
 
 
@@ -169,7 +169,7 @@ def build_set(
     config = config or GameConfig()
     if documents is None:
         documents = heldout_documents(config)
-        source = {"heldout": {"corpus": config.corpus, "fraction": HELDOUT_FRACTION, "salt": HELDOUT_SALT}}
+        source = {"heldout": {"corpus": config.source.corpus, "fraction": HELDOUT_FRACTION, "salt": HELDOUT_SALT}}
         if not documents:
             raise ValueError("the corpus has no held-out documents to build a leaderboard set from")
     else:
@@ -188,7 +188,7 @@ def _build_games(
 
     env = parallel_env(replace(config, corpus=tuple(documents), max_documents=None))
     rng = np.random.default_rng([seed, KINDS.index(kind)])
-    n = config.n_players
+    n = config.rules.n_players
     games = []
     for i in range(num_games):
         if i % len(documents) == 0:
@@ -308,7 +308,7 @@ def confirm_set(
     pre-registration's path and commit."""
     _check_kind(kind)
     config = GameConfig()
-    filt = CorpusFilter(truncate=config.max_document_chars)
+    filt = CorpusFilter(truncate=config.limits.max_document_chars)
     registered, documents = open_confirm(preregistration, path=path, filt=filt)
     text = build_set(kind, config=config, documents=documents)
     raw = parse_json(text, f"confirm-{kind} set")

@@ -374,7 +374,7 @@ def run_tournament(
         raise ValueError(f"a tournament needs at least 1 game, got {num_games!r}")
     config = config or GameConfig()
     names = list(policies)
-    schedule = seat_schedule(names, config.n_players, num_games, seed)
+    schedule = seat_schedule(names, config.rules.n_players, num_games, seed)
     runner = Runner(config)
     buffer = runner.run(
         lambda g: [policies[name] for name in schedule[g].seats],

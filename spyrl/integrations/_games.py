@@ -64,7 +64,7 @@ def game_key(config: GameConfig) -> str:
 def check_rows(config: GameConfig, rows: Sequence[Mapping[str, Any]], who: str) -> None:
     """Refuse rows that do not belong to ``config``'s game, or whose seats are out of range: a clear
     ``ValueError`` instead of a wrong reward or an ``IndexError``."""
-    n, key = config.n_players, game_key(config)
+    n, key = config.rules.n_players, game_key(config)
     for i, row in enumerate(rows):
         recorded = row.get("game")
         if recorded is not None and recorded != key:
@@ -123,9 +123,11 @@ def game_rows(
     bad = sorted(set(roles) - {"spy", "civilian"})
     if bad or not roles:
         raise ValueError(f"roles must be 'spy' and/or 'civilian', got {list(roles)}")
-    specs = [performers] * config.n_players if isinstance(performers, str) else list(performers)
-    if len(specs) != config.n_players:
-        raise ValueError(f"performers: need one agent spec or one per seat ({config.n_players}), got {len(specs)}")
+    specs = [performers] * config.rules.n_players if isinstance(performers, str) else list(performers)
+    if len(specs) != config.rules.n_players:
+        raise ValueError(
+            f"performers: need one agent spec or one per seat ({config.rules.n_players}), got {len(specs)}"
+        )
     factories = seat_factories(specs)
     key = game_key(config)
     runner = Runner(replace(config, rounds=1))

@@ -121,7 +121,7 @@ class SeatPolicies:
         cls, config: GameConfig, seats: str | Sequence[str] = "heuristic", sampling: SamplingParams | None = None
     ) -> SeatPolicies:
         """Load the agents of ``seats`` (one spec, or one per other seat); LLM seats use ``sampling``."""
-        n_others = config.n_players - 1
+        n_others = config.rules.n_players - 1
         specs = [seats] * n_others if isinstance(seats, str) else list(seats)
         if len(specs) != n_others:
             raise ValueError(f"seats: need one agent spec or one per other seat ({n_others}), got {len(specs)}")
@@ -165,7 +165,7 @@ class SpyEnvironment(Environment[SpyAction, SpyObservation, SpyState]):
         super().__init__()
         self.config = config or GameConfig()
         self._seats = seats if isinstance(seats, SeatPolicies) else SeatPolicies.build(self.config, seats)
-        if self._seats.config.n_players != self.config.n_players:
+        if self._seats.config.rules.n_players != self.config.rules.n_players:
             raise ValueError("seats: the shared SeatPolicies were built for another number of players")
         self._env: Any = None
         self._policies: dict[str, Policy] = {}
@@ -175,7 +175,7 @@ class SpyEnvironment(Environment[SpyAction, SpyObservation, SpyState]):
     def reset(
         self, seed: int | None = None, episode_id: str | None = None, seat: int = 0, **options: Any
     ) -> SpyObservation:
-        n = self.config.n_players
+        n = self.config.rules.n_players
         seat = _integer("seat", seat, 0, n - 1)
         seed = secrets.randbelow(2**31) if seed is None else _integer("seed", seed, 0, 2**63 - 1)
         if episode_id is not None and not isinstance(episode_id, str):

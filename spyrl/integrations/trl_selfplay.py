@@ -54,7 +54,7 @@ def selfplay_dataset(
     """One row per (game, seat, stage): the prompt names them (``spyrl self-play: game 7, player 2,
     vote``); :class:`SelfPlayRollout` plays that game live. ``seats`` default: every seat.
 
-    The spy's own vote row is left out unless ``config.train_spy_vote`` (as in :mod:`trainers`: the spy
+    The spy's own vote row is left out unless ``config.rules.train_spy_vote`` (as in :mod:`trainers`: the spy
     cannot catch itself, so its vote's reward holds penalties only, never detection)."""
     from datasets import Dataset
 
@@ -64,11 +64,11 @@ def selfplay_dataset(
         raise ValueError(f"stages must be 'vote' and/or 'perform', got {list(stages)}")
     if num_games < 1:
         raise ValueError(f"num_games must be >= 1, got {num_games}")
-    seats = range(config.n_players) if seats is None else seats
+    seats = range(config.rules.n_players) if seats is None else seats
     for seat in seats:
-        if not 0 <= seat < config.n_players:
-            raise ValueError(f"seats: {seat} is not a seat of a {config.n_players}-player game")
-    spies = [-1] * num_games if config.train_spy_vote else _spy_seats(config, seed, num_games)
+        if not 0 <= seat < config.rules.n_players:
+            raise ValueError(f"seats: {seat} is not a seat of a {config.rules.n_players}-player game")
+    spies = [-1] * num_games if config.rules.train_spy_vote else _spy_seats(config, seed, num_games)
     rows = [
         {"prompt": [{"role": "user", "content": f"spyrl self-play: game {seed + g}, player {seat + 1}, {stage}"}]}
         for g in range(num_games)
@@ -171,7 +171,7 @@ class SelfPlayRollout:
         budget = int(trainer.args.max_completion_length or self.perform_tokens)  # a GRPOConfig field
         groups: dict[tuple[int, int, str], list[int]] = {}
         for i, prompt in enumerate(prompts):
-            groups.setdefault(_parse(prompt, self.config.n_players), []).append(i)
+            groups.setdefault(_parse(prompt, self.config.rules.n_players), []).append(i)
         n = len(prompts)
         out: dict[str, list] = {k: [None] * n for k in ("prompt_ids", "completion_ids", "selfplay_reward")}
         out.update(selfplay_text=[""] * n, selfplay_game=[None] * n, selfplay_caught=[None] * n)
@@ -209,7 +209,7 @@ class SelfPlayRollout:
         row = {"seat": seat, "game_seed": game_seed, **env.reset_options}
         row["performances"] = [performances[a] for a in env.possible_agents]
         if stage is Stage.PERFORM:
-            row["votes"] = [""] * self.config.n_players
+            row["votes"] = [""] * self.config.rules.n_players
             return row, observations[me]
         observations = env.step(performances)[0]
         others = [a for a in agents if a != me]

@@ -63,7 +63,12 @@ class SpyTask(vf.Task[SpyTaskData]):
     async def seat_reward(self, trace: Any) -> dict[str, float]:
         config = self.data.game_config()
         components = trace.info.get(OUTCOME, {})
-        weights = {"detect": config.weight_detect, "perform": config.weight_perform, "penalty": config.weight_penalty}
+        rewards = config.rewards
+        weights = {
+            "detect": rewards.weight_detect,
+            "perform": rewards.weight_perform,
+            "penalty": rewards.weight_penalty,
+        }
         for name, weight in weights.items():
             trace.record_reward(name, float(components.get(name, 0.0)), weight)
         return {}  # recorded above, each with its own weight
@@ -88,7 +93,7 @@ def gold_check(config: GameConfig, seed: int) -> bool:
     copies = {game.seat_of[a]: observations[a]["copy"] for a in game.agents}
     performer = HeuristicAgent(seed=seed)
     observations, *_ = game.step({a: performer.act([observations[a]])[0] for a in game.agents})
-    civilian = next(s for s in range(config.n_players) if s != spy)
+    civilian = next(s for s in range(config.rules.n_players) if s != spy)
     votes = {a: f"<vote>{(civilian if game.seat_of[a] == spy else spy) + 1}</vote>" for a in game.agents}
     *_, infos = game.step(votes)
     components = {game.seat_of[a]: info["reward_components"] for a, info in infos.items()}
@@ -154,8 +159,8 @@ class SpyEnv(vf.Env[SpyEnvConfig]):
                         name=f"seat {seat + 1}",
                         system_prompt=system,
                         game_seed=task.data.game_seed,
-                        n_players=config.n_players,
-                        degrade=config.degrade,
+                        n_players=config.rules.n_players,
+                        degrade=config.rules.degrade,
                     )
                 )
                 seats[agent] = await stack.enter_async_context(role.interaction(seat_task))
