@@ -39,11 +39,14 @@ def native_bf16() -> bool:
 
 def resolve_dtype(dtype: Any, device: str):
     """A torch dtype from a name. ``auto``: bfloat16 on GPUs, float32 on CPUs (full precision for training);
-    ``fast``: bfloat16 also on CPUs that compute it natively (:func:`native_bf16`), for playing; ``int8``:
-    the float32 weights :func:`load_pretrained` then quantizes (:func:`quantize_int8`)."""
+    ``fast``: bfloat16 also on CPUs that compute it natively (:func:`native_bf16`), for playing. ``int8`` is
+    no torch dtype but a way of loading (:func:`load_pretrained`, :func:`quantize_int8`): refused here, so no
+    other loader (vLLM's) takes it for float32."""
     torch = _torch()
     if dtype == INT8:
-        return torch.float32
+        raise ValueError(
+            "dtype int8 is the hf backend's (torch's dynamic quantization, on a CPU); here: auto, fast or a dtype"
+        )
     if dtype in (None, "auto"):
         return torch.bfloat16 if device.startswith("cuda") else torch.float32
     if dtype == "fast":
@@ -103,13 +106,14 @@ def load_pretrained(
     except ImportError as e:
         raise ImportError("the hf backend needs transformers: pip install 'spyrl[hf]'") from e
     device = resolve_device(device)
+    if dtype == INT8 and device != "cpu":
+        raise ValueError(f"dtype int8 runs on a CPU only, got device {device!r}")
     if device == "cpu":
         fit_threads()  # the cores free now, before the model's first product (agents.threads)
     extra = {"gguf_file": gguf_file} if gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(path, **extra)
-    if dtype == INT8 and device != "cpu":
-        raise ValueError(f"dtype int8 runs on a CPU only, got device {device!r}")
+    weights = "float32" if dtype == INT8 else dtype  # int8: float32 weights, quantized once loaded
     model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=resolve_dtype(dtype, device), **extra, **(model_kwargs or {})
+        path, dtype=resolve_dtype(weights, device), **extra, **(model_kwargs or {})
     )
     return (quantize_int8(model.eval()) if dtype == INT8 else model.to(device)), tokenizer

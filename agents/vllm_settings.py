@@ -89,10 +89,6 @@ def engine_kwargs(
     {'dtype': 'bfloat16'}
     """
     cpu = on_cpu() if cpu is None else cpu
-    if dtype == "int8":
-        raise ValueError(
-            "dtype int8 is the hf backend's (torch's dynamic quantization); vLLM takes fast, auto or a dtype"
-        )
     torch_dtype = resolve_dtype(dtype, "cpu" if cpu else "cuda")
     return engine_kwargs_in(
         torch_dtype, max_model_len=max_model_len, kv_cache_gib=kv_cache_gib, cpu=cpu, seeded=seeded, **extra
