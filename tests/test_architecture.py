@@ -75,6 +75,8 @@ LONG_MODULES = {
     "agents/decoding.py": "each decoding program (vote modes, answer endings) with the token logic it needs",
     "agents/scripted.py": "the scripted baselines, which share their lexical scoring",
     "agents/vllm_backend.py": "the vLLM backend: its engine, decoding programs and per-token log-probs",
+    "trainers/sections.py": "every section of the trainer's config, so that a reader finds each setting, its help "
+    "and its check in one place",
     "spyrl/evaluation/leaderboard.py": "the released sets' format: building, loading, verifying and scoring them",
     "spyrl/evaluation/tournament.py": "a tournament's schedule with the metrics and intervals it is scored by",
     "spyrl/integrations/openenv.py": "the OpenEnv server's seat, its protocol checks and the other seats' agents",

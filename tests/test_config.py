@@ -233,7 +233,7 @@ def test_the_vllm_block_reads_flat_names_and_records_them():
     """``rollout.vllm`` is a section of its own; its settings keep their flat names ``vllm_<name>`` on input
     (run configs recorded before the block) and in ``to_dict`` (what run configs record)."""
     from trainers import SpyRLConfig
-    from trainers.policies import VLLMConfig
+    from trainers.sections import VLLMConfig
 
     nested = SpyRLConfig.from_dict({"rollout": {"vllm": {"server_url": "http://h:1", "enable_sleep_mode": True}}})
     assert nested.rollout.vllm == VLLMConfig(server_url="http://h:1", enable_sleep_mode=True)

@@ -11,7 +11,7 @@ import pytest
 from spy_env.extras import Extra, missing, require
 from trainers.config import SpyRLConfig
 from trainers.extras import training_extras
-from trainers.models import ModelConfig
+from trainers.sections import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,7 +18,8 @@ torch = pytest.importorskip("torch")
 from tests.distributed_check import fixed_samples  # noqa: E402
 from trainers import SpyRLConfig, SpyRLTrainer  # noqa: E402
 from trainers.precision import MasterAdamW, fp32_weights  # noqa: E402
-from trainers.update import UpdateConfig, mini_batch_size  # noqa: E402
+from trainers.sections import UpdateConfig  # noqa: E402
+from trainers.update import mini_batch_size  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(__file__).with_name("distributed_check.py")

@@ -27,9 +27,10 @@ from spy_env.config import GameConfig
 from spy_env.stage import Stage
 from trainers import SpyRLConfig
 from trainers.engines import ROLLOUT_ENGINES, RolloutEngine
-from trainers.policies import DecodingConfig, RolloutConfig, VLLMConfig
-from trainers.samples import PERFORM_REWARDS, AdvantageConfig, register_perform_reward, stage_rewards
-from trainers.update import MINI_BATCH_UNITS, MiniBatchUnit, UpdateConfig, mini_batch_size
+from trainers.mini_batch_units import MINI_BATCH_UNITS, MiniBatchUnit
+from trainers.samples import PERFORM_REWARDS, register_perform_reward, stage_rewards
+from trainers.sections import AdvantageConfig, DecodingConfig, RolloutConfig, UpdateConfig, VLLMConfig
+from trainers.update import mini_batch_size
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ("spy_env", "agents", "trainers", "spyrl")

@@ -317,7 +317,8 @@ def test_the_reference_is_a_frozen_copy_of_the_initial_weights(tiny_model_dir):
     storage, frozen, so an update of the trained model leaves it; none without KL or with LoRA (the
     base model with its adapters off is the reference)."""
     from agents.hf import load_pretrained
-    from trainers.models import ModelConfig, trainable_model
+    from trainers.models import trainable_model
+    from trainers.sections import ModelConfig
 
     model, _ = load_pretrained(str(tiny_model_dir), dtype="float32", device="cpu")
     initial = {k: v.clone() for k, v in model.state_dict().items()}

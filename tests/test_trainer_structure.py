@@ -40,7 +40,8 @@ class Fixed:
 
 def test_stage_policy_routes_by_stage_and_restarts_and_syncs_only_the_learner():
     pytest.importorskip("torch")  # trainers.policies imports the hf backend
-    from trainers.policies import RolloutConfig, StagePolicy, seat_policy
+    from trainers.policies import StagePolicy, seat_policy
+    from trainers.sections import RolloutConfig
 
     learner = Learner()
     assert isinstance(learner, RolloutPolicy)
@@ -63,7 +64,8 @@ def test_fixed_agents_are_built_once_and_scripted_ones_fresh_for_each_evaluation
     """A spec named twice is one agent; ``fresh`` rebuilds scripted agents from the seed (an evaluation's
     players do not depend on the games before it) and keeps and reseeds the ones that sample."""
     pytest.importorskip("torch")
-    from trainers.policies import FixedAgents, RolloutConfig, StagePolicy, fixed_agents, seat_policy
+    from trainers.policies import FixedAgents, StagePolicy, fixed_agents, seat_policy
+    from trainers.sections import RolloutConfig
 
     config = RolloutConfig(performer="heuristic", voter="heuristic")
     fixed = fixed_agents(config, seed=3)

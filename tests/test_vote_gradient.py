@@ -22,7 +22,7 @@ from trainers.choices import Choice, choice_loss  # noqa: E402
 from trainers.groups import advantage_groups, grouping_of  # noqa: E402
 from trainers.logprobs import sequence_logps  # noqa: E402
 from trainers.loss import LossScale  # noqa: E402
-from trainers.samples import AdvantageConfig  # noqa: E402
+from trainers.sections import AdvantageConfig  # noqa: E402
 from trainers.update import MicroBatch, micro_loss  # noqa: E402
 from trainers.votes import ForwardVotes, retained_logps  # noqa: E402
 

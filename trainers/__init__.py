@@ -4,8 +4,9 @@ One job per module: ``grpo`` (the trainer and its loop), ``samples`` (which rows
 advantages), ``algorithm`` (Eq. 5, RAE, the stage controller), ``update`` (micro-batches and the
 update's pieces), ``loss`` (Eq. 7), ``logprobs``, ``policies`` (who plays the rollouts), ``models``
 (what trains, the reference), ``documents``, ``seeds``, ``metrics``, ``processes`` (several
-processes), ``checkpoint``, ``config`` / ``validation`` / ``presets``, ``engines`` (the rollout engines),
-``vllm_engine``, ``sinks``; ``perform_rewards``, ``choices`` and ``groups`` hold strategies of the samples.
+processes), ``checkpoint``, ``config`` (the whole config) / ``sections`` (its sections) / ``validation`` /
+``presets``, ``engines`` (the rollout engines), ``vllm_engine``, ``sinks``; ``perform_rewards``, ``choices``,
+``groups`` and ``mini_batch_units`` hold strategies.
 
 >>> from trainers import SpyRLConfig
 >>> SpyRLConfig.preset("qwen3-4b-paper").loss.beta

@@ -42,7 +42,8 @@ from trainers.algorithm import (
 from trainers.choices import vote_gradient_of
 from trainers.groups import advantage_groups, grouping_of
 from trainers.metrics import sample_stats
-from trainers.samples import AdvantageConfig, Sample, stage_rewards, stage_rows
+from trainers.samples import Sample, stage_rewards, stage_rows
+from trainers.sections import AdvantageConfig
 
 __all__ = ["AdvantagePipeline"]
 

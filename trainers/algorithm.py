@@ -14,18 +14,17 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import numpy as np
 
 from spy_env.stage import Stage
 from trainers.choices import vote_gradient_of
-from trainers.validation import bad, check_section, setting
+from trainers.sections import StageConfig
 
 __all__ = [
     "ROLES",
     "RAEBaselines",
-    "StageConfig",
     "StageController",
     "add_penalties",
     "batch_group_stats",
@@ -261,36 +260,6 @@ def role_means(sums: Sequence[float]) -> dict[str, float]:
     {'civilian': 2.0}
     """
     return {role: sums[i] / sums[i + 2] for i, role in enumerate(ROLES) if sums[i + 2]}
-
-
-@dataclass(frozen=True)
-class StageConfig:
-    """``SpyRLConfig.stages``: which stage trains when (the :class:`StageController`'s settings)."""
-
-    SECTION: ClassVar[str] = "stages"
-
-    stage_schedule: Literal["adaptive", "alternate", "detect", "perform"] = setting(
-        "adaptive", "Stage switching: adaptive (the paper's thresholds), alternate (every k_min), detect or perform."
-    )
-    start_stage: Literal["detect", "perform"] = setting("detect", "First stage: detect or perform.")
-    acc_high: float = setting(0.9, "detect → perform when EMA acc ≥ this ...")
-    na_low: float = setting(0.1, "... and EMA N/A rate ≤ this.")
-    err_high: float = setting(0.4, "perform → detect when 1 − EMA acc ≥ this ...")
-    na_high: float = setting(0.5, "... or EMA N/A rate ≥ this.")
-    k_min: int = setting(5, "Minimum iterations per stage (K_min).")
-    k_perform: int | None = setting(
-        None,
-        "K_min of the performing stage alone (None: k_min): under alternate the stages run k_min detection "
-        "and k_perform performing iterations in turn.",
-    )
-    stage_ema: float = setting(0.9, "EMA factor of acc and N/A for the controller.")
-
-    def __post_init__(self) -> None:
-        check_section(
-            self, positive_ints=("k_min",), fractions=("stage_ema", "acc_high", "na_low", "err_high", "na_high")
-        )
-        if self.k_perform is not None and self.k_perform < 1:
-            raise bad(self, "k_perform", "None or an integer >= 1")
 
 
 @dataclass

@@ -16,13 +16,13 @@ Presets (``SpyRLConfig.preset(name, **overrides)``, values in :mod:`trainers.pre
   advantage groups, detection only.
 - ``cpu-smoke``: a tiny random model built on the fly; minutes on CPU.
 
-The configuration is in typed sections, each a frozen dataclass defined beside the code that reads it
-and validated there: ``game`` (:class:`spy_env.GameConfig`, itself in sections: ``rules``, ``rewards``,
-``penalties``, ``limits``, ``source``), ``model`` (:mod:`trainers.models`), ``rollout`` (with its vLLM
-engine's block, ``rollout.vllm``) and ``decoding`` (:mod:`trainers.policies`), ``update``
-(:mod:`trainers.update`), ``loss`` (:mod:`trainers.loss`), ``advantages`` (:mod:`trainers.samples`),
-``stages`` (:mod:`trainers.algorithm`) and ``run`` (here). Functions take the section they need; only the
-trainer's constructor and the CLI hold the whole config.
+The configuration is in typed sections, each a frozen dataclass that checks its own fields, all in one
+module, :mod:`trainers.sections` (and re-exported here): ``game`` (:class:`spy_env.GameConfig`, itself in
+sections: ``rules``, ``rewards``, ``penalties``, ``limits``, ``source``), ``model``, ``rollout`` (with its
+vLLM engine's block, ``rollout.vllm``), ``decoding``, ``update``, ``loss``, ``advantages``, ``stages`` and
+``run``. ``SpyRLConfig`` adds the rules that tie two sections together, each asking the registered
+strategies what they support. Functions take the section they need; only the trainer's constructor and
+the CLI hold the whole config.
 
 Values can also come from a YAML file (``SpyRLConfig.from_yaml``: sections as mappings) and ``key=value``
 overrides (``spyrl train --set loss.epsilon_high=0.28``). Every setting also has a flat name, unique in the
@@ -38,58 +38,43 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from agents.decoding import ANSWER_MODES
 from spy_env.config import GameConfig
 from spy_env.sections import build, coerce_floats, flat_fields, flat_name, flat_values, flatten
-from trainers.algorithm import StageConfig
 from trainers.choices import vote_gradient_of
 from trainers.groups import grouping_of
-from trainers.loss import LossConfig
-from trainers.models import ModelConfig
-from trainers.policies import DecodingConfig, RolloutConfig
 from trainers.presets import PRESETS
-from trainers.samples import AdvantageConfig, perform_reward_of
-from trainers.update import UpdateConfig
-from trainers.validation import bad, check_section, setting
+from trainers.samples import PERFORM_REWARDS, perform_reward_of
+from trainers.sections import (
+    AdvantageConfig,
+    DecodingConfig,
+    LossConfig,
+    ModelConfig,
+    RolloutConfig,
+    RunConfig,
+    StageConfig,
+    UpdateConfig,
+)
+from trainers.validation import bad, check_choice
 
-__all__ = ["CHARS_PER_TOKEN", "SECTIONS", "RunConfig", "SpyRLConfig"]
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "SECTIONS",
+    "AdvantageConfig",
+    "DecodingConfig",
+    "LossConfig",
+    "ModelConfig",
+    "RolloutConfig",
+    "RunConfig",
+    "SpyRLConfig",
+    "StageConfig",
+    "UpdateConfig",
+]
 
 CHARS_PER_TOKEN = 8  # above the characters of almost any BPE token of text (~4 on average)
 CHAR_LIMITS = {"max_vote_chars": 4_000, "max_performance_chars": 8_000}  # GameConfig's defaults
-SINKS = ("jsonl", "console", "wandb", "trackio", "tensorboard")
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """``SpyRLConfig.run``: how long a run lasts, its seed, and what it writes and reports."""
-
-    SECTION: ClassVar[str] = "run"
-
-    output_dir: str = setting("runs/spyrl", "Where checkpoints, buffers, metrics and plots go.")
-    iterations: int = setting(100, "Training iterations (one stage each).")
-    seed: int = setting(0, "Seed of everything (rollouts, sampling, shuffling).")
-    checkpoint_every: int = setting(10, "Checkpoint every k iterations (and at the end).")
-    keep_buffers: bool = setting(True, "Save each iteration's episode buffer (parquet).")
-    heldout_fraction: float = setting(
-        0.2, "Share of documents (by id hash) held out of training for evaluation; 0 trains on all."
-    )
-    eval_games: int = setting(0, "Held-out games for detection accuracy each eval_every iterations (0: off).")
-    eval_every: int = setting(10, "Iterations between held-out evaluations.")
-    report_to: list = setting(["jsonl"], f"Metric sinks: {', '.join(SINKS)}.")  # noqa: RUF009
-    progress: bool = setting(True, "Rich progress display.")
-
-    def __post_init__(self) -> None:
-        check_section(self, positive_ints=("iterations", "checkpoint_every", "eval_every"))
-        if not 0 <= self.seed < 2**32:
-            raise bad(self, "seed", "an integer in [0, 2**32)")
-        if not 0 <= self.heldout_fraction < 1:
-            raise bad(self, "heldout_fraction", "a number in [0, 1)")
-        if self.eval_games < 0:
-            raise bad(self, "eval_games", "an integer >= 0")
-        if not all(isinstance(sink, str) for sink in self.report_to) or not set(self.report_to) <= set(SINKS):
-            raise bad(self, "report_to", f"a list drawn from {sorted(SINKS)}")
 
 
 SECTIONS: dict[str, type] = {
@@ -192,8 +177,10 @@ class SpyRLConfig:
 
     def _check_perform_reward(self, recorded_votes: bool) -> None:
         """What the performing reward needs of the votes (``recorded_votes``: each has a choice distribution
-        the engine recorded) and of the advantages."""
+        the engine recorded) and of the advantages. Its name is checked here, not in its section: the
+        registered rewards take :class:`AdvantageConfig`, so their registry sits above the sections."""
         decoding, advantages = self.decoding, self.advantages
+        check_choice(advantages, "perform_reward", PERFORM_REWARDS)  # a registry: read when checked
         reward = perform_reward_of(advantages.perform_reward)
         if reward.needs_vote_distributions and (
             not recorded_votes or decoding.temperature != 1 or decoding.top_p < 1

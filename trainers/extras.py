@@ -4,7 +4,7 @@
 one-line error in the first seconds, not a failure after the run's work (the chart, a tracker's
 first log, the first LoRA update).
 
->>> from trainers.models import ModelConfig
+>>> from trainers.sections import ModelConfig
 >>> [extra.module for extra in training_extras(ModelConfig(name_or_path="tiny"), ["jsonl", "wandb"])]
 ['torch', 'transformers', 'accelerate', 'safetensors', 'wandb']
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spy_env.extras import Extra, require
-from trainers.models import ModelConfig
+from trainers.sections import ModelConfig
 
 __all__ = ["PLOTS", "require_training_extras", "training_extras"]
 

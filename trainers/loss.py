@@ -32,19 +32,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import ClassVar, Literal
 
 import torch
 
 from agents.registry import Registry
 from trainers.choices import Choice, vote_gradient_of
-from trainers.validation import bad, check_choice, check_section, setting
 
 __all__ = [
     "AGGREGATIONS",
     "Aggregation",
     "ChoiceTerms",
-    "LossConfig",
     "LossOutput",
     "LossScale",
     "Objective",
@@ -106,56 +103,6 @@ register_aggregation("grpo", Aggregation(_grpo, _decision_mean))
 register_aggregation("bnpo", Aggregation(_bnpo, _decision_mean))
 register_aggregation("dr_grpo", Aggregation(_dr_grpo, _decision_mean))
 register_aggregation("dapo", Aggregation(whole_mini_batch=True))  # verl's token-mean: the whole mini-batch's count
-
-
-@dataclass(frozen=True)
-class LossConfig:
-    """``SpyRLConfig.loss``: Eq. 7's clipped objective, its KL term and how it is aggregated."""
-
-    SECTION: ClassVar[str] = "loss"
-
-    loss_type: str = setting("grpo", "Loss aggregation, as in TRL: a name in trainers.loss.AGGREGATIONS.")
-    epsilon: float = setting(0.2, "Clip ε (lower).")
-    epsilon_high: float | None = setting(None, "Clip ε upper (None = epsilon).")
-    beta: float = setting(0.001, "KL coefficient (k3 estimator against the frozen reference); 0 disables.")
-    kl_estimator: Literal["k3", "low_var_kl"] = setting(
-        "k3",
-        "KL to the reference: k3 (TRL's, optionally ratio-weighted, unclamped) or low_var_kl (verl's: k3 "
-        "clamped to ±10, never ratio-weighted).",
-    )
-    kl_bias_correction: bool = setting(True, "Weight the k3 KL by the importance ratio (TRL 1.16's default; k3 only).")
-    perform_ratio_level: Literal["token", "sequence", "action"] = setting(
-        "token", "Importance ratio for performances: token, sequence (mean) or action (sum)."
-    )
-    detect_ratio_level: Literal["token", "sequence", "action"] = setting(
-        "action", "Importance ratio for votes: action = one sequence log-prob ratio per vote."
-    )
-
-    def __post_init__(self) -> None:
-        check_section(self, positive=("epsilon",), non_negative=("beta",))
-        if self.epsilon_high is not None and not self.epsilon_high > 0:
-            raise bad(self, "epsilon_high", "None or a number > 0")
-        check_choice(self, "loss_type", AGGREGATIONS)  # read when checked: a registered aggregation is a choice
-
-    @property
-    def epsilon_upper(self) -> float:
-        return self.epsilon if self.epsilon_high is None else self.epsilon_high
-
-    def objective(
-        self, level: str, max_completion_length: int | None = None, vote_gradient: str = "sampled"
-    ) -> Objective:
-        """What one call of :func:`clipped_policy_loss` needs: these settings at ``level``."""
-        return Objective(
-            level=level,
-            loss_type=self.loss_type,
-            epsilon_low=self.epsilon,
-            epsilon_high=self.epsilon_upper,
-            beta=self.beta,
-            kl_estimator=self.kl_estimator,
-            kl_bias_correction=self.kl_bias_correction,
-            max_completion_length=max_completion_length,
-            vote_gradient=vote_gradient,
-        )
 
 
 @dataclass(frozen=True)

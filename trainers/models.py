@@ -3,58 +3,20 @@
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import torch
 
 from trainers.logprobs import sequence_logps
-from trainers.validation import bad, check_section, setting
+from trainers.sections import ModelConfig
 
 __all__ = [
-    "ModelConfig",
     "freeze_below",
     "prepare_for_training",
     "reference_logps",
     "trainable_model",
 ]
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """``SpyRLConfig.model``: the trained model, where it runs, and which of its weights train."""
-
-    SECTION: ClassVar[str] = "model"
-
-    name_or_path: str = setting(
-        "Qwen/Qwen3-4B-Instruct-2507",
-        "Policy model: hub id or folder ('tiny' builds a tiny random model, 'smollm2' the offline SmolLM2).",
-    )
-    dtype: Literal["auto", "fast", "float32", "bfloat16", "float16"] = setting(
-        "auto",
-        "Model dtype: auto (bf16 on GPU, fp32 on CPU), fast (bf16 also on CPUs with native bf16: AVX-512 BF16 "
-        "or AMX), float32, bfloat16. Low-precision weights train through fp32 masters (trainers/precision.py).",
-    )
-    device: str = setting("auto", "auto, cpu or cuda (single process; multi-GPU via accelerate launch).")
-    gradient_checkpointing: bool = setting(False, "Trade compute for memory in the backward pass.")
-    lora_r: int = setting(0, "LoRA rank via peft; 0 trains all parameters.")
-    lora_alpha: int = setting(32, "LoRA alpha.")
-    lora_dropout: float = setting(0.05, "LoRA dropout.")
-    lora_target_modules: str = setting("all-linear", "peft target_modules.")
-    train_top_layers: int = setting(
-        0, "Without LoRA: train only the last k decoder blocks (+ final norm), 0 = all; cheaper updates on CPU."
-    )
-
-    def __post_init__(self) -> None:
-        check_section(self)
-        # checked here, before any output is written, not by torch once the model is loaded
-        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
-            raise bad(self, "device", "auto, cpu, mps, cuda or cuda:N")
-        for name in ("lora_r", "train_top_layers"):
-            if getattr(self, name) < 0:
-                raise bad(self, name, "an integer >= 0")
 
 
 def prepare_for_training(model: Any, config: ModelConfig) -> Any:

@@ -28,7 +28,8 @@ from typing import Any
 from spy_env.config import GameConfig
 from spy_env.rewards import performing_rewards
 from spy_env.stage import Stage
-from trainers.samples import AdvantageConfig, register_perform_reward
+from trainers.samples import register_perform_reward
+from trainers.sections import AdvantageConfig
 
 __all__ = ["expected_perform_rewards", "expected_votes_received", "perform_stage_rewards"]
 

@@ -15,19 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 from agents.registry import Registry
 from spy_env.config import GameConfig
 from spy_env.stage import Stage
-from trainers.choices import VOTE_GRADIENTS
-from trainers.groups import ADVANTAGE_GROUPINGS
-from trainers.validation import bad, check_choice, check_section, setting
+from trainers.sections import AdvantageConfig
 
 __all__ = [
     "PERFORM_REWARDS",
     "SKIP_REASONS",
-    "AdvantageConfig",
     "PerformReward",
     "Sample",
     "perform_reward_of",
@@ -40,66 +37,6 @@ __all__ = [
 ]
 
 SKIP_REASONS = ("too_long_prompt", "empty", "forfeit", "no_choice")
-
-
-@dataclass(frozen=True)
-class AdvantageConfig:
-    """``SpyRLConfig.advantages``: how rewards become advantages (Eq. 5 for votes, RAE for performances)."""
-
-    SECTION: ClassVar[str] = "advantages"
-
-    detect_advantage_groups: str = setting(
-        "game",
-        "Normalise detection rewards within: game (its voters, Eq. 5), prompt (one seat's vote across the "
-        "games_per_document games of a replay_setup group: same document, spy and masks) or batch (all of the "
-        "iteration's votes, over every process: with few voters a game, e.g. 2 civilians of 3 players, Eq. 5 zeroes "
-        "every game whose voters agree). A name in trainers.groups.ADVANTAGE_GROUPINGS.",
-    )
-    vote_gradient: str = setting(
-        "sampled",
-        "Gradient at a vote's choice token (constrained or think-then-vote, hf): sampled (the paper's: the "
-        "sampled choice's clipped surrogate), expected (its exact expectation over the legal choices, whose "
-        "rewards the env knows; not the paper's estimator) or supervised (-log q(spy): a labels-only reference). "
-        "A name in trainers.choices.VOTE_GRADIENTS; see trainers/choices.py and docs/FIDELITY.md.",
-    )
-    spy_vote_in_group: bool = setting(
-        False, "The spy's vote joins its game's Eq. 5 normalisation group (the paper: all n voters), trained or not."
-    )
-    penalty_advantage: Literal["own", "shared"] = setting(
-        "own",
-        "Format/rule penalties: own (added to the offender's advantage after normalisation/baselines, so they "
-        "never move anyone else's) or shared (added to the reward before, the old form).",
-    )
-    advantage_eps: float = setting(1e-4, "ε of (r − mean) / (std + ε).")
-    rae: bool = setting(True, "Role-conditioned EMA baselines for performing advantages (off = raw rewards).")
-    rae_alpha: float = setting(0.9, "RAE EMA factor α.")
-    rae_init: Literal["first_batch", "zero"] = setting(
-        "first_batch",
-        "RAE baselines before a role's first batch: first_batch (seeded with that batch's mean: no cold start) "
-        "or zero (b_role = 0).",
-    )
-    perform_group_norm: bool = setting(
-        False, "Also scale performing advantages by the std within replay_setup groups: A = (r − b_role)/(std_g + ε)."
-    )
-    perform_roles: Literal["all", "spy", "civilian"] = setting(
-        "all",
-        "Performances the performing stage trains: all (the paper's), spy or civilian (the other role's "
-        "neither train nor move its RAE baseline).",
-    )
-    perform_reward: str = setting(
-        "sampled",
-        "Performing reward: sampled (the paper's: votes as cast) or expected (votes received = Σ of the voters' "
-        "recorded choice probabilities: same mean, less variance; not the paper's). trainers/perform_rewards.py. "
-        "A name in trainers.samples.PERFORM_REWARDS.",
-    )
-
-    def __post_init__(self) -> None:
-        check_section(self, non_negative=("advantage_eps",), fractions=("rae_alpha",))
-        if self.rae_alpha >= 1:
-            raise bad(self, "rae_alpha", "in [0, 1)")
-        check_choice(self, "detect_advantage_groups", ADVANTAGE_GROUPINGS)  # registries: read when checked
-        check_choice(self, "vote_gradient", VOTE_GRADIENTS)
-        check_choice(self, "perform_reward", PERFORM_REWARDS)
 
 
 @dataclass(frozen=True)

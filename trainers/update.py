@@ -11,29 +11,25 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
-from agents.registry import Registry
 from spy_env.stage import Stage
 from trainers.choices import Choice
 from trainers.logprobs import pad_to, sequence_logps
-from trainers.loss import LossConfig, LossScale, Objective, choice_terms, clipped_policy_loss, loss_items
+from trainers.loss import LossScale, Objective, choice_terms, clipped_policy_loss, loss_items
 from trainers.metrics import UpdateTotals
 from trainers.models import reference_logps
 from trainers.precision import make_optimizer
 from trainers.processes import DDP_TYPES
 from trainers.samples import Sample
-from trainers.validation import bad, check_choice, check_section, setting
+from trainers.sections import DecodingConfig, LossConfig, UpdateConfig
 from trainers.votes import retained_for_update
 
 __all__ = [
-    "MINI_BATCH_UNITS",
     "MicroBatch",
-    "MiniBatchUnit",
     "TrainingSamples",
-    "UpdateConfig",
     "Updater",
     "micro_loss",
     "micro_step",
@@ -43,84 +39,6 @@ __all__ = [
 
 # (prompts, completions, choices) -> (B, T) log-probs and each row's (C,) choice log-probs
 LogpsFn = Callable[[list[list[int]], list[list[int]], list[Choice | None]], tuple[torch.Tensor, list]]
-
-
-@dataclass(frozen=True)
-class MiniBatchUnit:
-    """A ``mini_batch_unit``: what ``mini_batch_size`` counts.
-
-    ``updates(documents, mini_batch_size)``: the optimizer steps per epoch of an iteration of ``documents``
-    documents (all processes together), or 0 when ``mini_batch_size`` counts the samples of each step.
-    ``counts_samples``: a mini-batch is ``mini_batch_size`` samples, so it must split into whole
-    micro-batches.
-    """
-
-    updates: Callable[[int, int], int]
-    counts_samples: bool = False
-
-
-def _sample_steps(documents: int, mini_batch_size: int) -> int:
-    """Each step takes ``mini_batch_size`` samples: as many steps as the samples fill."""
-    return 0
-
-
-def _document_steps(documents: int, mini_batch_size: int) -> int:
-    """verl's prompt-counted ``ppo_mini_batch_size`` (in prompts, × rollout.n): ``ceil(documents /
-    mini_batch_size)`` steps, so 128 documents of 128 make one."""
-    return -(-documents // mini_batch_size)
-
-
-MINI_BATCH_UNITS: Registry[MiniBatchUnit] = Registry("mini_batch_unit")
-MINI_BATCH_UNITS.register("samples", MiniBatchUnit(_sample_steps, counts_samples=True))
-MINI_BATCH_UNITS.register("documents", MiniBatchUnit(_document_steps))
-
-
-@dataclass(frozen=True)
-class UpdateConfig:
-    """``SpyRLConfig.update``: the optimizer, and how an iteration's samples become optimizer steps."""
-
-    SECTION: ClassVar[str] = "update"
-
-    learning_rate: float = setting(1e-6, "AdamW learning rate.")
-    weight_decay: float = setting(0.0, "AdamW weight decay.")
-    warmup_iterations: int = setting(0, "Linear warm-up, in iterations.")
-    max_grad_norm: float = setting(1.0, "Gradient clipping; 0 disables.")
-    mini_batch_size: int = setting(
-        128, "PPO mini-batch per optimizer step, in mini_batch_unit; see also updates_per_iteration."
-    )
-    mini_batch_unit: str = setting(
-        "samples",
-        "Unit of mini_batch_size: samples (training rows), or documents as verl counts ppo_mini_batch_size (in "
-        "prompts, × rollout.n): each iteration makes ceil(documents_per_iteration / mini_batch_size) updates. "
-        "A name in trainers.update.MINI_BATCH_UNITS.",
-    )
-    updates_per_iteration: int = setting(
-        0,
-        "If > 0: split each iteration's samples into this many equal mini-batches (optimizer steps per epoch), "
-        "whatever their number, as verl's prompt-counted ppo_mini_batch_size does; 0: use mini_batch_size.",
-    )
-    micro_batch_size: int = setting(8, "Samples per forward/backward; gradients accumulate to the mini-batch.")
-    epochs: int = setting(1, "Passes over each iteration's samples (μ).")
-
-    def __post_init__(self) -> None:
-        check_section(
-            self,
-            positive_ints=("mini_batch_size", "micro_batch_size", "epochs"),
-            positive=("learning_rate",),
-            non_negative=("weight_decay", "max_grad_norm"),
-        )
-        check_choice(self, "mini_batch_unit", MINI_BATCH_UNITS)  # a registry: read when checked
-        if self.updates_per_iteration < 0:
-            raise bad(self, "updates_per_iteration", "an integer >= 0")
-        if self.warmup_iterations < 0:
-            raise bad(self, "warmup_iterations", "an integer >= 0")
-        if self.unit.counts_samples and self.mini_batch_size % self.micro_batch_size:
-            raise bad(self, "mini_batch_size", f"a multiple of micro_batch_size ({self.micro_batch_size})")
-
-    @property
-    def unit(self) -> MiniBatchUnit:
-        """The registered :class:`MiniBatchUnit` that ``mini_batch_unit`` names."""
-        return MINI_BATCH_UNITS[self.mini_batch_unit]
 
 
 def optimizer_and_schedule(
@@ -302,7 +220,7 @@ class Updater:
     pad_id: int
     config: UpdateConfig
     loss: LossConfig
-    decoding: Any  # trainers.policies.DecodingConfig
+    decoding: DecodingConfig
     vote_gradient: str  # a name in trainers.choices.VOTE_GRADIENTS
     documents: int
     sum_over_processes: Callable[[list[float]], list[float]] | None = None
@@ -325,6 +243,8 @@ class Updater:
         generator = torch.Generator().manual_seed(seed)
         orders = [torch.randperm(len(rows), generator=generator).tolist() for _ in range(self.config.epochs)]
         temperature = self.decoding.temperature_of(stage)
+        level = self.loss.perform_ratio_level if stage is Stage.PERFORM else self.loss.detect_ratio_level
+        objective = self.loss.objective(level, self.decoding.max_completion_tokens, self.vote_gradient)
         # the first mini-batch trains before any step: its behaviour log-probs are the current ones
         self._fix_logps(samples, set(orders[0][:size]), temperature)
         samples.kept = retained_for_update(self.policy, samples, size, self.one_step)
@@ -332,8 +252,6 @@ class Updater:
             return {"losses/optimizer_steps": 0, "perf/update_tokens": 0}
         orders = [list(range(len(rows)))] if samples.kept else orders  # one step, in the kept log-probs' order
         minis = [order[start : start + size] for order in orders for start in range(0, len(order), size)]
-        level = self.loss.perform_ratio_level if stage is Stage.PERFORM else self.loss.detect_ratio_level
-        objective = self.loss.objective(level, self.decoding.max_completion_tokens, self.vote_gradient)
         items = [loss_items([samples.scored[i] for i in mini], objective.level) for mini in minis]
         if self.sum_over_processes is not None:  # dapo/token-mean over every process's tokens (DDP averages them)
             items = [x / self.accelerator.num_processes for x in self.sum_over_processes(items)]

@@ -5,7 +5,7 @@ or :func:`section` (a section it holds, as ``rollout`` holds ``vllm``), both fro
 and whose ``__post_init__`` calls :func:`check_section`: types first (nothing after sees a str where an
 int belongs), then ``Literal`` choices, then the ranges it names. A bad value raises
 ``ValueError("SpyRLConfig.<section>.<field> must be <allowed>, got <value>")``. Nothing here imports a
-trainer module: the sections live beside the code that reads them.
+trainer module: the sections (:mod:`trainers.sections`) import it.
 """
 
 from __future__ import annotations

@@ -29,14 +29,12 @@ import functools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agents.decoding import ANSWER_MODES, DecodingOptions
 from agents.vllm_backend import VLLMPolicy
 from spy_env.policy import Action, Observation
-
-if TYPE_CHECKING:
-    from trainers.policies import DecodingConfig, RolloutConfig
+from trainers.sections import DecodingConfig, RolloutConfig
 
 __all__ = [
     "ColocatedVLLMPolicy",

@@ -10,12 +10,10 @@ dtype, so a synced engine holds exactly the trainer's weights, and on a CPU with
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agents.vllm_settings import check_model, engine_defaults, engine_kwargs_in
-
-if TYPE_CHECKING:
-    from trainers.policies import DecodingConfig, RolloutConfig
+from trainers.sections import DecodingConfig, RolloutConfig
 
 __all__ = ["make_vllm_generation", "vllm_generation_kwargs"]
 
