@@ -1,7 +1,8 @@
 """A causal LM and its tokenizer as the ``hf`` backend plays them and a trainer trains them: the device and
 dtype a name stands for (:func:`resolve_device`, :func:`resolve_dtype`; the ``vllm`` backend's engine
-takes its dtype here too), the weights loaded (:func:`load_pretrained`) and, for playing on a CPU,
-quantized to int8 (:func:`quantize_int8`)."""
+takes its dtype here too), the weights loaded (:func:`load_pretrained`: on a CPU, float32 layers compute
+their few-row products weights first, :mod:`agents.weights_first`) and, for playing on a CPU, quantized to
+int8 (:func:`quantize_int8`)."""
 
 from __future__ import annotations
 
@@ -116,4 +117,10 @@ def load_pretrained(
     model = AutoModelForCausalLM.from_pretrained(
         path, dtype=resolve_dtype(weights, device), **extra, **(model_kwargs or {})
     )
-    return (quantize_int8(model.eval()) if dtype == INT8 else model.to(device)), tokenizer
+    if dtype == INT8:
+        model = quantize_int8(model.eval())  # its float32 head still a torch.nn.Linear
+    if device == "cpu":
+        from agents.weights_first import weights_first  # few-row products weights first (agents/weights_first.py)
+
+        weights_first(model)
+    return model.to(device), tokenizer

@@ -4,9 +4,13 @@ Each path is ``spyrl play --agent smollm2`` as a user runs it (a fresh process: 
 five performances, five think-then-vote votes, transcript), the paths interleaved ``--reps`` times
 after one warm-up run that fills the conversion cache:
 
-- ``float32, full prefill``: the path before issue #27 (``--dtype float32 --no-share-prefix``);
-- ``float32, shared prefixes``: a game's civilians share their copy and the performances, so their
-  long common prefix is encoded once and decoding appends to a reserved cache (``--dtype float32``);
+- ``float32, full prefill``: the path before issue #27 (``--dtype float32 --no-share-prefix``, and torch's
+  own linear products: ``SPYRL_WEIGHTS_FIRST=0``);
+- ``float32, shared prefixes, torch's linear``: a game's civilians share their copy and the performances,
+  so their long common prefix is encoded once and decoding appends to a reserved cache (``--dtype
+  float32``, ``SPYRL_WEIGHTS_FIRST=0``);
+- ``float32, shared prefixes``: that, with a decode step's products computed weights first
+  (:mod:`agents.weights_first`, what a CPU gets: ``--dtype float32``);
 - ``bf16, full prefill``: bfloat16 weights on a CPU that computes bf16 natively (``--dtype bfloat16
   --no-share-prefix``);
 - ``default``: what ``spyrl play`` does today (``--dtype fast``: bf16 where native, shared prefixes);
@@ -19,7 +23,8 @@ timed in a fresh process phase by phase (the CLI's imports; torch and transforme
 tokenizer; the corpus and the first game's reset), beside the float32 game it precedes. Then two checks
 that the fast paths play the same game:
 
-- greedy (``--temperature 0``) float32 games with and without shared prefixes: the same tokens;
+- greedy (``--temperature 0``) float32 games with and without shared prefixes, and with weights-first
+  products and torch's: the same tokens;
 - SmolLM2's constrained vote (its argmax seat) on a fixed set of vote prompts (``--agreement-games``
   heuristic-performed 5-player games, every seat's vote), float32 against bfloat16 and against int8:
   the share of equal votes (goal: ≥ 95% each), and the seconds each took to vote.
@@ -46,6 +51,7 @@ from pathlib import Path
 
 PATHS = {
     "float32, full prefill": ["--dtype", "float32", "--no-share-prefix"],
+    "float32, shared prefixes, torch's linear": ["--dtype", "float32"],
     "float32, shared prefixes": ["--dtype", "float32"],
     "bf16, full prefill": ["--dtype", "bfloat16", "--no-share-prefix"],
     "default (fast: bf16 where native, shared prefixes)": [],
@@ -62,11 +68,15 @@ AVX2_ONLY = {
 }
 
 
-def play(agent: str, seed: int, out: Path, extra: list[str]) -> float:
+TORCH_LINEAR = {"SPYRL_WEIGHTS_FIRST": "0"}  # agents/weights_first.py's switch: models as loaded
+ENVIRONMENTS = {"float32, full prefill": TORCH_LINEAR, "float32, shared prefixes, torch's linear": TORCH_LINEAR}
+
+
+def play(agent: str, seed: int, out: Path, extra: list[str], env: dict[str, str] | None = None) -> float:
     out.unlink(missing_ok=True)
     command = [sys.executable, "-m", "spyrl", "play", "--agent", agent, "--seed", str(seed), "--out", str(out)]
     start = time.perf_counter()
-    subprocess.run(command + extra, check=True, capture_output=True)
+    subprocess.run(command + extra, check=True, capture_output=True, env={**os.environ, **(env or {})})
     return time.perf_counter() - start
 
 
@@ -181,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     times: dict[str, list[float]] = {name: [] for name in paths}
     for _ in range(args.reps):
         for name, extra in paths.items():
-            times[name].append(play(agent, args.seed, folder / "game.jsonl", [*short, *extra]))
+            times[name].append(play(agent, args.seed, folder / "game.jsonl", [*short, *extra], ENVIRONMENTS.get(name)))
     print(
         f"spyrl play --agent {args.model} (warm cache), {args.reps} runs a path, interleaved; native bf16: {native_bf16()}; "
         f"kernels: {'AVX2 only' if args.isa == 'avx2' else 'all this CPU has'}"
@@ -201,11 +211,14 @@ def main(argv: list[str] | None = None) -> int:
     greedy = [*short, "--temperature", "0", "--dtype", "float32"]
     play(agent, args.seed, folder / "shared.jsonl", greedy)
     play(agent, args.seed, folder / "full.jsonl", [*greedy, "--no-share-prefix"])
+    play(agent, args.seed, folder / "torch.jsonl", greedy, TORCH_LINEAR)
     same = tokens(folder / "shared.jsonl") == tokens(folder / "full.jsonl")
     print(f"greedy float32 game, shared prefixes vs full prefill: {'the same tokens' if same else 'DIFFERENT tokens'}")
+    first = tokens(folder / "shared.jsonl") == tokens(folder / "torch.jsonl")
+    print(f"greedy float32 game, weights-first vs torch's linear: {'the same tokens' if first else 'DIFFERENT tokens'}")
     agree = report_agreement(model, args.agreement_games, native_bf16())
     # a random tiny model's near-uniform votes are no test of a dtype: the smoke run checks the path only
-    return 0 if same and (args.smoke or agree) else 1
+    return 0 if same and first and (args.smoke or agree) else 1
 
 
 if __name__ == "__main__":

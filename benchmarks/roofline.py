@@ -12,6 +12,8 @@ Measures, in one run on this machine:
   the peak matmul throughput);
 - decode: one step for 5 rows over a ``--context``-token cache reserved as :class:`agents.hf.HFPolicy`
   decodes (memory-bound in principle: compared with the bytes it must read at the measured bandwidths);
+  in float32 with torch's linear layers and with weights-first products (:mod:`agents.weights_first`,
+  what :func:`agents.pretrained.load_pretrained` gives on a CPU), the two interleaved step by step;
 - int8 (``--dtype int8``: :func:`agents.hf.quantize_int8`, linear weights in int8, the head float32):
   the same prefill and decode, its bytes counted as stored.
 
@@ -95,20 +97,39 @@ def measure(path: str, dtype: torch.dtype | str, context: int, steps: int) -> di
         for layer in cache.layers:
             reserve(layer, context + steps)  # as HFPolicy decodes: appending in place
         token = torch.randint(low, high, (rows, 1))
-        step_times = []
-        for _ in range(steps):
-            start = time.perf_counter()
+
+        def step() -> None:
             model(input_ids=token, use_cache=True, **cache_argument(model, cache))
-            step_times.append(time.perf_counter() - start)
+
+        decode = {"torch": [], "first": []}  # the model as loaded; its float32 linears weights first
+        for _ in range(steps):  # the two forms interleaved, step by step, over the same growing cache
+            for form in ("torch", "first") if dtype == torch.float32 else ("torch",):
+                swap_linears(model, weights_first=form == "first")
+                start = time.perf_counter()
+                step()
+                decode[form].append(time.perf_counter() - start)
     flops, step_bytes = model_costs(model, context, rows, dtype)
-    return {
+    out = {
         "prefill_tokens_s": rows * context / prefill,
         "prefill_gflops": rows * context * flops / prefill / 1e9,
-        "decode_ms": statistics.median(step_times) * 1e3,
-        "decode_gb_s": step_bytes / statistics.median(step_times) / 1e9,
         "flops_per_token": flops,
         "bytes_per_step": step_bytes,
     }
+    for form, times in decode.items():
+        if times:
+            out[f"decode_{form}_ms"] = statistics.median(times) * 1e3
+            out[f"decode_{form}_gb_s"] = step_bytes / statistics.median(times) / 1e9
+    return out
+
+
+def swap_linears(model, *, weights_first: bool) -> None:
+    """Make ``model``'s float32 linear layers compute weights first (:mod:`agents.weights_first`), or not."""
+    from agents.weights_first import WeightsFirstLinear
+
+    plain, first = torch.nn.Linear, WeightsFirstLinear
+    for module in model.modules():
+        if type(module) is (first if not weights_first else plain) and module.weight.dtype == torch.float32:
+            module.__class__ = first if weights_first else plain
 
 
 def static_decode(path: str, context: int, steps: int, compiled: bool) -> tuple[float, float]:
@@ -173,10 +194,15 @@ def main(argv: list[str] | None = None) -> int:
             f"  prefill {m['prefill_tokens_s']:.0f} tokens/s = {m['prefill_gflops']:.0f} GFLOP/s "
             f"({m['prefill_gflops'] / peak:.0%} of peak matmul)"
         )
-        print(
-            f"  decode  {m['decode_ms']:.1f} ms/step = {m['decode_gb_s']:.1f} GB/s read "
-            f"({m['decode_gb_s'] / copy:.0%} of copy bandwidth, {m['decode_gb_s'] / read:.0%} of read bandwidth)"
-        )
+        for form, label in (("torch", "decode "), ("first", "decode, weights first")):
+            if f"decode_{form}_ms" not in m:
+                continue
+            ms, gb_s = m[f"decode_{form}_ms"], m[f"decode_{form}_gb_s"]
+            ratio = f"; x{m['decode_torch_ms'] / ms:.2f} torch's linear" if form == "first" else ""
+            print(
+                f"  {label} {ms:.1f} ms/step = {gb_s:.1f} GB/s read "
+                f"({gb_s / copy:.0%} of copy bandwidth, {gb_s / read:.0%} of read bandwidth{ratio})"
+            )
     if args.compile:
         _, eager = static_decode(path, args.context, args.steps, compiled=False)
         warm, compiled = static_decode(path, args.context, args.steps, compiled=True)
