@@ -17,6 +17,8 @@ Measures, in one run on this machine:
 - int8 (``--dtype int8``: :func:`agents.hf.quantize_int8`, linear weights in int8, the head float32):
   the same prefill and decode, its bytes counted as stored.
 
+bfloat16 is left out on a CPU that does not compute it natively (:func:`agents.pretrained.native_bf16`).
+
     python benchmarks/roofline.py [--context 1000] [--steps 20] [--model smollm2]
     python benchmarks/roofline.py --compile # also: decode with a static cache, eager vs torch.compile (minutes)
     python benchmarks/roofline.py --smoke   # a tiny random model, small measures: checks the path, not the speed
@@ -180,8 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     size, copy_mb = (256, 16) if args.smoke else (2048, 512)
     warnings.filterwarnings("ignore", category=FutureWarning)
     path = resolve_model_path(args.model, tiny_dir=tempfile.mkdtemp(prefix="roofline-"))
+    from agents.pretrained import native_bf16
+
     print(f"{torch.get_num_threads()} threads; batch of 5 rows, {args.context}-token context")
-    for dtype in (torch.float32, torch.bfloat16, "int8"):
+    if not native_bf16():  # emulated bf16 is hundreds of times slower: minutes of measuring, nothing learnt
+        print("bfloat16: not native on this CPU (no AVX-512 BF16 or AMX), left out")
+    for dtype in (torch.float32, torch.bfloat16, "int8") if native_bf16() else (torch.float32, "int8"):
         peak, copy, read = machine(torch.float32 if dtype == "int8" else dtype, size, copy_mb)
         m = measure(path, dtype, args.context, args.steps)
         name = str(dtype).removeprefix("torch.")
