@@ -1,8 +1,8 @@
 """A causal LM and its tokenizer as the ``hf`` backend plays them and a trainer trains them: the device and
 dtype a name stands for (:func:`resolve_device`, :func:`resolve_dtype`; the ``vllm`` backend's engine
-takes its dtype here too), the weights loaded (:func:`load_pretrained`: on a CPU, float32 layers compute
-their few-row products weights first, :mod:`agents.weights_first`) and, for playing on a CPU, quantized to
-int8 (:func:`quantize_int8`)."""
+takes its dtype here too), the weights loaded (:func:`load_pretrained`: on an AMD CPU, float32 layers
+compute their few-row products weights first, :mod:`agents.weights_first`) and, for playing on a CPU,
+quantized to int8 (:func:`quantize_int8`)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ after one warm-up run that fills the conversion cache:
   so their long common prefix is encoded once and decoding appends to a reserved cache (``--dtype
   float32``, ``SPYRL_WEIGHTS_FIRST=0``);
 - ``float32, shared prefixes``: that, with a decode step's products computed weights first
-  (:mod:`agents.weights_first`, what a CPU gets: ``--dtype float32``);
+  (:mod:`agents.weights_first`: ``--dtype float32``, ``SPYRL_WEIGHTS_FIRST=1``; what an AMD CPU gets unasked);
 - ``bf16, full prefill``: bfloat16 weights on a CPU that computes bf16 natively (``--dtype bfloat16
   --no-share-prefix``);
 - ``default``: what ``spyrl play`` does today (``--dtype fast``: bf16 where native, shared prefixes);
@@ -68,8 +68,13 @@ AVX2_ONLY = {
 }
 
 
-TORCH_LINEAR = {"SPYRL_WEIGHTS_FIRST": "0"}  # agents/weights_first.py's switch: models as loaded
-ENVIRONMENTS = {"float32, full prefill": TORCH_LINEAR, "float32, shared prefixes, torch's linear": TORCH_LINEAR}
+# agents/weights_first.py's switch: models as loaded, or weights first on any CPU (auto: on AMD CPUs)
+TORCH_LINEAR, WEIGHTS_FIRST = {"SPYRL_WEIGHTS_FIRST": "0"}, {"SPYRL_WEIGHTS_FIRST": "1"}
+ENVIRONMENTS = {
+    "float32, full prefill": TORCH_LINEAR,
+    "float32, shared prefixes, torch's linear": TORCH_LINEAR,
+    "float32, shared prefixes": WEIGHTS_FIRST,
+}
 
 
 def play(agent: str, seed: int, out: Path, extra: list[str], env: dict[str, str] | None = None) -> float:
@@ -209,8 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{wall / game:.0%} of the float32 shared-prefix game)")
 
     greedy = [*short, "--temperature", "0", "--dtype", "float32"]
-    play(agent, args.seed, folder / "shared.jsonl", greedy)
-    play(agent, args.seed, folder / "full.jsonl", [*greedy, "--no-share-prefix"])
+    play(agent, args.seed, folder / "shared.jsonl", greedy, WEIGHTS_FIRST)
+    play(agent, args.seed, folder / "full.jsonl", [*greedy, "--no-share-prefix"], WEIGHTS_FIRST)
     play(agent, args.seed, folder / "torch.jsonl", greedy, TORCH_LINEAR)
     same = tokens(folder / "shared.jsonl") == tokens(folder / "full.jsonl")
     print(f"greedy float32 game, shared prefixes vs full prefill: {'the same tokens' if same else 'DIFFERENT tokens'}")
